@@ -1,0 +1,73 @@
+// Helpers shared by the GPU tests: skipping without a GPU, checked CUDA calls, device buffers,
+// fresh random seeds and poisoning.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace fp8moe::test {
+
+inline int gpu_arch() {  // 0 without a usable GPU, else major*10 + minor
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major * 10 + minor;
+}
+
+// Fresh seed every run; printed so that a failure can be replayed (FP8MOE_SEED=... overrides).
+inline uint64_t fresh_seed() {
+  if (const char* s = std::getenv("FP8MOE_SEED")) return std::strtoull(s, nullptr, 10);
+  std::random_device rd;
+  const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  std::printf("[ seed     ] FP8MOE_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t count = 0;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    if (n && cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) {
+      ptr = nullptr;
+      ADD_FAILURE() << "cudaMalloc of " << n * sizeof(T) << " bytes failed";
+    }
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+  size_t bytes() const { return count * sizeof(T); }
+  void upload(const std::vector<T>& v) { ASSERT_EQ(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  std::vector<T> download() const {
+    std::vector<T> v(count);
+    EXPECT_EQ(cudaMemcpy(v.data(), ptr, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  void poison(uint8_t byte) { ASSERT_EQ(cudaMemset(ptr, byte, bytes()), cudaSuccess); }
+};
+
+}  // namespace fp8moe::test
+
+#define FP8MOE_REQUIRE_GPU()                                              \
+  do {                                                                    \
+    if (::fp8moe::test::gpu_arch() == 0) GTEST_SKIP() << "no CUDA GPU";   \
+  } while (0)
+#define FP8MOE_REQUIRE_SM90()                                                       \
+  do {                                                                              \
+    const int arch_ = ::fp8moe::test::gpu_arch();                                   \
+    if (arch_ == 0) GTEST_SKIP() << "no CUDA GPU";                                  \
+    if (arch_ != 90) GTEST_SKIP() << "needs an SM90 GPU, found sm_" << arch_;       \
+  } while (0)
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
