@@ -85,11 +85,15 @@ struct WorkspaceLayout {
   size_t total = 0;         // = workspace_size(config)
 };
 
-// Checks the configuration alone (no pointers). kSuccess or an error with last_error() set.
+// Checks the configuration (no pointers), then whether this build supports it on the current
+// device (an attribute query: no allocation, no launch). kSuccess or an error with last_error() set.
 Status validate(const Config& config);
-// Checks configuration and arguments, as run() does before launching anything.
+// Checks configuration and arguments, as run() does before launching anything. Pointers are
+// compared, never dereferenced; per-row pointers (hidden, topk_ids, topk_weights, out) may be null
+// only when num_rows == 0.
 Status validate(const Config& config, const Args& args);
 
+// Pure functions of the configuration (no device needed): usable on a machine without a GPU.
 WorkspaceLayout workspace_layout(const Config& config);  // zeros if the config is invalid
 size_t workspace_size(const Config& config);             // 0 if the config is invalid
 
@@ -97,7 +101,8 @@ size_t workspace_size(const Config& config);             // 0 if the config is i
 // capturable in a CUDA graph, replayable with new routing and *num_tokens.
 Status run(const Config& config, const Args& args, cudaStream_t stream);
 
-// Device address of the int32 invalid-expert-id counter of the last run in this workspace.
+// Device address of the int32 invalid-expert-id counter of the last run in this workspace
+// (nullptr if the config is invalid or workspace is null).
 const int32_t* error_counter(const Config& config, const void* workspace);
 
 const char* status_string(Status status);

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The GPU machine's check (an H200 with CUDA, cmake and nvidia-smi; no GoogleTest, no network):
+# GPU summary, every test, compute-sanitizer memcheck, a SASS check for FP8 wgmma (QGMMA), the
+# benchmark. Keeps going after a failing step; exits non-zero if any step failed.
+#
+#   BUILD_DIR=build-gpu OUT=./gpu-out scripts/gpu-check.sh
+#
+# BUILD_DIR (default build-gpu) is normally built on the dev machine and carried over:
+#   cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build build-gpu -j
+# The test binaries are run directly rather than through ctest, because CTest files hold the dev
+# machine's absolute paths. Without test binaries the script tries to build here (needs GoogleTest).
+# Everything it writes goes to OUT (default ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+OUT=${OUT:-./gpu-out}
+MEMCHECK_FILTER=${MEMCHECK_FILTER:-}  # optional --gtest_filter for the memcheck run
+mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/cuda/bin"
+# cuBLASLt (the FP8 ceiling) and CUPTI (fp8moe-bench's kernel timestamps) are loaded at run time;
+# find each wherever this machine's CUDA keeps it (CUPTI often lives apart, in extras/CUPTI).
+for lib in libcublasLt.so.13 libcupti.so.13; do
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib \
+           /usr/local/cuda-*/lib64 /usr/local/cuda-*/extras/CUPTI/lib64; do
+    if [[ -e $d/$lib ]]; then
+      [[ ":${LD_LIBRARY_PATH:-}:" == *":$d:"* ]] || export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      break
+    fi
+  done
+done
+
+CPU_TESTS=$BUILD_DIR/tests/fp8moe_cpu_tests
+GPU_TESTS=$BUILD_DIR/tests/fp8moe_gpu_tests
+C_SMOKE=$BUILD_DIR/tests/fp8moe_c_abi_smoke
+BENCH=$BUILD_DIR/bench/fp8moe-bench
+GEMM_BENCH=$BUILD_DIR/bench/fp8moe-gemm-bench
+LIB=$BUILD_DIR/libfp8moe.a
+
+names=()
+results=()
+step() {  # step NAME COMMAND...: runs COMMAND, records PASS or FAIL
+  local name=$1
+  shift
+  echo
+  echo "=== $name"
+  if "$@"; then results+=(PASS); else results+=(FAIL); fi
+  names+=("$name")
+}
+
+build() {
+  if [[ -x $CPU_TESTS && -x $GPU_TESTS ]]; then
+    echo "using the prebuilt $BUILD_DIR"
+    return 0
+  fi
+  echo "$BUILD_DIR has no test binaries: configuring and building here (sm_90a)"
+  if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1; then
+    tail -n 20 "$OUT/configure.log"
+    if grep -q GTest "$OUT/configure.log"; then
+      echo "GoogleTest is not installed on this machine and cannot be fetched here: build $BUILD_DIR on the"
+      echo "dev machine (see the top of this script) and carry it over."
+    fi
+    return 1
+  fi
+  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+    tail -n 40 "$OUT/build.log"
+    return 1
+  fi
+}
+
+gpu_summary() {
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv |
+    tee "$OUT/nvidia-smi.txt"
+}
+
+tests() {
+  local rc=0
+  {
+    "$CPU_TESTS" --gtest_output="xml:$OUT/cpu-tests.xml" || rc=1
+    "$GPU_TESTS" --gtest_output="xml:$OUT/gpu-tests.xml" || rc=1
+    "$C_SMOKE" || rc=1
+  } >"$OUT/tests.log" 2>&1
+  grep -E '^\[==========\] .* ran|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]+ test|^\[  FAILED  \]|^c_abi_smoke:' "$OUT/tests.log"
+  return $rc
+}
+
+memcheck() {
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$GPU_TESTS" ${MEMCHECK_FILTER:+--gtest_filter="$MEMCHECK_FILTER"} \
+    >"$OUT/memcheck.log" 2>&1
+  local rc=$?
+  grep -E 'ERROR SUMMARY|^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/memcheck.log" || tail -n 5 "$OUT/memcheck.log"
+  return $rc
+}
+
+# QGMMA is the SASS of FP8 wgmma: the SM90 GEMM must contain it. Counts per binary and per kernel.
+sass() {
+  local binary dump rc=0
+  dump=$(mktemp)
+  : >"$OUT/sass-summary.txt"
+  for binary in "$LIB" "$GPU_TESTS"; do
+    if ! cuobjdump --dump-sass "$binary" >"$dump" 2>&1; then
+      echo "$binary: cuobjdump failed: $(head -n 3 "$dump")" >>"$OUT/sass-summary.txt"
+      rc=1
+      continue
+    fi
+    echo "$binary: $(grep -c 'Function :' "$dump") kernels, $(grep -c QGMMA "$dump") QGMMA instructions" \
+      >>"$OUT/sass-summary.txt"
+    awk '/Function :/ { f = $3 } /QGMMA/ { n[f]++ } END { for (k in n) print "  " n[k] " QGMMA in " k }' "$dump" |
+      sort -rn >>"$OUT/sass-summary.txt"
+  done
+  rm -f "$dump"
+  cat "$OUT/sass-summary.txt"
+  return $rc
+}
+
+bench() {
+  "$BENCH" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+}
+
+gemm_bench() {
+  "$GEMM_BENCH" --json "$OUT/gemm-bench.json" ${GEMM_BENCH_ARGS:-} 2>&1 | tee "$OUT/gemm-bench.log"
+}
+
+step "build or reuse $BUILD_DIR" build
+step "nvidia-smi" gpu_summary
+step "tests (cpu, gpu, c abi)" tests
+step "compute-sanitizer memcheck" memcheck
+step "SASS (QGMMA count)" sass
+if [[ -x $GEMM_BENCH ]]; then
+  step "fp8moe-gemm-bench" gemm_bench
+fi
+if [[ -x $BENCH ]]; then
+  step "fp8moe-bench" bench
+else
+  names+=("fp8moe-bench")
+  results+=("SKIP (no $BENCH)")
+fi
+
+echo
+echo "=== summary (logs in $OUT)"
+failed=0
+for i in "${!names[@]}"; do
+  printf '  %-32s %s\n' "${names[$i]}" "${results[$i]}"
+  [[ ${results[$i]} == FAIL ]] && failed=1
+done
+exit $failed

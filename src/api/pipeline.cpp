@@ -1,0 +1,119 @@
+// The one place where run() turns into kernel launches (SPEC section 2, in order):
+//   input quantization + permutation (src/kernels), GEMM1 (src/gemm), activation + quantization
+//   (src/kernels), GEMM2 (src/gemm), unpermute + reduce (src/kernels).
+// A fixed sequence of launches whose grids depend only on the configuration: no host sync, no
+// allocation, so the whole call can be captured in a CUDA graph and replayed with new routing.
+#include <cuda_runtime.h>
+
+#include "api/internal.hpp"
+#include "gemm/grouped_gemm.hpp"
+#include "kernels/act_quant.cuh"
+#include "kernels/permute.cuh"
+#include "kernels/unpermute.cuh"
+
+namespace fp8moe::detail {
+namespace {
+
+template <typename T>
+T* at(const Args& args, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(args.workspace) + offset);
+}
+
+Status check(cudaError_t e, const char* stage) {
+  if (e == cudaSuccess) return Status::kSuccess;
+  return fail(Status::kCudaError, "fp8moe::run: %s failed: %s", stage, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLayout& layout,
+                       cudaStream_t stream) {
+  const bool live = config.schedule == Schedule::kLive;
+  const auto format = static_cast<fp8moe::layout::ScaleFormat>(config.scale_format);
+  int32_t* ends = at<int32_t>(args, layout.ends);
+  int32_t* row_expert = at<int32_t>(args, layout.row_expert);
+  int32_t* row_of = at<int32_t>(args, layout.row_of);
+
+  // No rows at all: nothing to route or write, but the error counter still speaks for this run.
+  if (args.num_rows == 0)
+    return check(cudaMemsetAsync(at<int32_t>(args, layout.error_count), 0, sizeof(int32_t), stream), "reset");
+
+  kernels::PermuteParams perm;
+  perm.tokens = args.num_rows;
+  perm.capacity = config.capacity;
+  perm.hidden_size = config.hidden;
+  perm.num_experts = config.num_experts;
+  perm.top_k = config.top_k;
+  perm.num_global_experts = config.num_global_experts;
+  perm.topk_ids = args.topk_ids;
+  perm.num_tokens = args.num_tokens;
+  perm.expert_map = args.expert_map;
+  perm.counts = at<int32_t>(args, layout.counts);
+  perm.ends = ends;
+  perm.error_count = at<int32_t>(args, layout.error_count);
+  perm.row_of = row_of;
+  perm.row_expert = live ? nullptr : row_expert;  // only the padded GEMMs read it
+  perm.hidden = args.hidden;
+  perm.scale_format = format;
+  perm.a1 = at<uint8_t>(args, layout.a1);
+  perm.a1_scale = at<void>(args, layout.a1_scale);
+  if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
+
+  gemm::GroupedGemmArgs g;
+  g.ends = ends;
+  g.row_expert = row_expert;
+  g.m_cap = layout.m_cap;
+  g.m_pad = layout.m_pad;
+  g.num_experts = config.num_experts;
+  g.schedule = live ? gemm::TileSchedule::kLive : gemm::TileSchedule::kPadded;
+
+  g.a = perm.a1;
+  g.a_scale = static_cast<const float*>(perm.a1_scale);
+  g.b = static_cast<const uint8_t*>(args.w13);
+  g.b_scale = args.w13_scale;
+  g.d = at<void>(args, layout.y1);
+  g.n = static_cast<int>(2 * config.intermediate);
+  g.k = static_cast<int>(config.hidden);
+  if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
+
+  kernels::ActQuantParams act;
+  act.m_cap = layout.m_cap;
+  act.max_live_rows = config.capacity * config.top_k;
+  act.intermediate = config.intermediate;
+  act.num_experts = config.num_experts;
+  act.ends = ends;
+  act.schedule = live ? kernels::RowSchedule::kLive : kernels::RowSchedule::kPadded;
+  act.act.kind = config.activation == Activation::kSilu ? num::ActKind::kSilu : num::ActKind::kSwigluOai;
+  act.act.alpha = config.swiglu_alpha;
+  act.act.beta = config.swiglu_beta;
+  act.act.limit = config.swiglu_limit;
+  act.scale_format = format;
+  act.y1 = g.d;
+  act.a2 = at<uint8_t>(args, layout.a2);
+  act.a2_scale = at<void>(args, layout.a2_scale);
+  if (Status s = check(kernels::launch_act_quant(act, stream), "activation+quantization"); s != Status::kSuccess)
+    return s;
+
+  g.a = act.a2;
+  g.a_scale = static_cast<const float*>(act.a2_scale);
+  g.b = static_cast<const uint8_t*>(args.w2);
+  g.b_scale = args.w2_scale;
+  g.d = at<void>(args, layout.y2);
+  g.n = static_cast<int>(config.hidden);
+  g.k = static_cast<int>(config.intermediate);
+  if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM2"); s != Status::kSuccess) return s;
+
+  kernels::UnpermuteParams un;
+  un.tokens = args.num_rows;
+  un.hidden_size = config.hidden;
+  un.top_k = config.top_k;
+  un.m_cap = layout.m_cap;
+  un.y2 = g.d;
+  un.topk_weights = args.topk_weights;
+  un.row_of = row_of;
+  un.num_tokens = args.num_tokens;
+  un.out = args.out;
+  return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
+}
+
+}  // namespace fp8moe::detail
