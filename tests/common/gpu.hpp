@@ -1,14 +1,14 @@
-// Helpers shared by the GPU tests: skipping without a GPU, checked CUDA calls, device buffers,
-// fresh random seeds and poisoning.
+// Helpers shared by the GPU tests: skipping without a GPU, checked CUDA calls, device buffers and
+// poisoning. Fresh random seeds and random inputs come from common/data.hpp (shared with the CPU tests).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <random>
 #include <vector>
+
+#include "common/data.hpp"  // fresh_seed and random inputs
 
 namespace fp8moe::test {
 
@@ -23,15 +23,6 @@ inline int gpu_arch() {  // 0 without a usable GPU, else major*10 + minor
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   return major * 10 + minor;
-}
-
-// Fresh seed every run; printed so that a failure can be replayed (FP8MOE_SEED=... overrides).
-inline uint64_t fresh_seed() {
-  if (const char* s = std::getenv("FP8MOE_SEED")) return std::strtoull(s, nullptr, 10);
-  std::random_device rd;
-  const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  std::printf("[ seed     ] FP8MOE_SEED=%llu\n", static_cast<unsigned long long>(seed));
-  return seed;
 }
 
 template <typename T>

@@ -1,0 +1,288 @@
+// Steps 1-2 of SPEC section 2 (see permute.cuh).
+//
+// permute_metadata (one CTA of W warps, W <= 32 chosen so that the tables fit 48 KB):
+//   The live slots s = t * k + j (t < live tokens) are cut into W contiguous ranges, one per warp.
+//   Pass 1: each warp walks its range 32 slots at a time; lanes holding the same expert find each
+//     other with __match_any_sync and the lowest of them adds the group size to the warp's private
+//     count table[warp][e] (no two lanes touch one entry in a step, no two warps share a row).
+//   Scan: n_e = sum over warps; warp 0 scans round_up(n_e, 128) into start_e and writes counts[],
+//     ends[]; then each expert's column of the table becomes the first row of each warp's share:
+//     table[w][e] = start_e + sum_{w' < w} count[w'][e].
+//   Pass 2: the same walk; a slot's row is table[warp][e] + (lanes below it with the same expert),
+//     then the group's leader advances table[warp][e]. Rows are therefore in ascending (token, slot)
+//     order inside every expert, fixed by the data alone.
+//   Finally row_of = -1 for the slots of tokens past the live count, row_expert (optional) by a
+//   binary search over start[], and the error counter is overwritten with this run's count.
+//
+// quantize_permuted (persistent grid, 8 warps per CTA): a warp item is (live token t, chunk of 4
+//   groups); the warp loads the chunk once (two 16-byte loads per lane), quantizes it and stores the
+//   16-byte code slices and the scales into every row row_of[t, j] >= 0.
+#include "kernels/permute.cuh"
+
+#include "kernels/common.cuh"
+
+namespace fp8moe::kernels {
+namespace {
+
+using detail::kFullMask;
+using detail::kWarp;
+
+constexpr int kMetadataMaxWarps = 32;
+constexpr int kMetadataSmemInts = 48 * 1024 / 4;
+constexpr int kMetadataBatch = 4;  // slot loads in flight per lane
+constexpr int kQuantizeThreads = 256;
+constexpr int kQuantizeBlocksPerSm = 5;  // 40 warps per SM: <= 48 registers
+
+// Local expert of a routing id: >= 0, or -1 if the slot is not routed here (-1, or mapped to -1),
+// or -1 with `invalid` set for an id (or map entry) out of range. Never indexes with a bad id.
+__device__ __forceinline__ int local_expert(int32_t id, const int32_t* __restrict__ expert_map,
+                                            int num_global_experts, int num_experts, bool& invalid) {
+  invalid = false;
+  if (id == -1) return -1;
+  if (expert_map != nullptr) {
+    if (id < 0 || id >= num_global_experts) {
+      invalid = true;
+      return -1;
+    }
+    id = __ldg(expert_map + id);
+    if (id == -1) return -1;
+  }
+  if (id < 0 || id >= num_experts) {
+    invalid = true;
+    return -1;
+  }
+  return id;
+}
+
+// Local experts of the lane's slots base + 32 * u + lane (u < kMetadataBatch), -1 past `end`.
+// The loads of the batch are issued before any is used. Returns the number of invalid ids in the
+// batch over the whole warp (the same value in every lane).
+__device__ __forceinline__ int load_batch(const PermuteParams& p, int base, int end, int lane,
+                                          int (&expert)[kMetadataBatch]) {
+  int32_t id[kMetadataBatch];
+#pragma unroll
+  for (int u = 0; u < kMetadataBatch; ++u) {
+    const int s = base + u * kWarp + lane;
+    id[u] = s < end ? __ldg(p.topk_ids + s) : -1;
+  }
+  int invalid_count = 0;
+#pragma unroll
+  for (int u = 0; u < kMetadataBatch; ++u) {
+    bool invalid = false;
+    expert[u] = local_expert(id[u], p.expert_map, p.num_global_experts, p.num_experts, invalid);
+    invalid_count += __popc(__ballot_sync(kFullMask, invalid));
+  }
+  return invalid_count;
+}
+
+__global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_kernel(const PermuteParams p) {
+  extern __shared__ int32_t smem[];
+  const int num_experts = p.num_experts;
+  const int num_warps = blockDim.x / kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  int32_t* table = smem;                                // [num_warps][E]: counts, then first rows
+  int32_t* start = table + num_warps * num_experts;      // [E]
+  int32_t* end = start + num_experts;                    // [E]
+  int32_t* warp_errors = end + num_experts;              // [32]
+
+  const int top_k = p.top_k;
+  const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * top_k);
+  const int all_slots = static_cast<int>(p.tokens * top_k);
+
+  for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
+  __syncthreads();
+
+  // This warp's slots [lo, hi).
+  const int per_warp = (live_slots + num_warps - 1) / num_warps;
+  const int lo = min(warp * per_warp, live_slots);
+  const int hi = min(lo + per_warp, live_slots);
+  int32_t* my_table = table + warp * num_experts;
+  const unsigned lanes_below = (1u << lane) - 1u;
+
+  // ---- pass 1: per-warp counts
+  int errors = 0;
+  for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
+    int expert[kMetadataBatch];
+    errors += load_batch(p, base, hi, lane, expert);
+#pragma unroll
+    for (int u = 0; u < kMetadataBatch; ++u) {
+      const unsigned peers = __match_any_sync(kFullMask, expert[u]);
+      if (expert[u] >= 0 && (peers & lanes_below) == 0) my_table[expert[u]] += __popc(peers);
+      __syncwarp();
+    }
+  }
+  if (lane == 0) warp_errors[warp] = errors;
+  __syncthreads();
+
+  // ---- rows per expert, then the prefix-sum layout
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    int n = 0;
+    for (int w = 0; w < num_warps; ++w) n += table[w * num_experts + e];
+    end[e] = n;  // the count for now
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int carry = 0;  // start of the next chunk of experts
+    for (int e0 = 0; e0 < num_experts; e0 += kWarp) {
+      const int e = e0 + lane;
+      const int n = e < num_experts ? end[e] : 0;
+      const int padded = static_cast<int>(layout::round_up(n, layout::kTileM));
+      int inclusive = padded;
+#pragma unroll
+      for (int offset = 1; offset < kWarp; offset *= 2) {
+        const int v = __shfl_up_sync(kFullMask, inclusive, offset);
+        if (lane >= offset) inclusive += v;
+      }
+      if (e < num_experts) {
+        const int first = carry + inclusive - padded;
+        start[e] = first;
+        end[e] = first + n;
+        p.counts[e] = n;
+        p.ends[e] = first + n;
+      }
+      carry += __shfl_sync(kFullMask, inclusive, kWarp - 1);
+    }
+    if (lane == 0) {
+      int total = 0;
+      for (int w = 0; w < num_warps; ++w) total += warp_errors[w];
+      *p.error_count = total;  // overwrites the previous run's count
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    int row = start[e];
+    for (int w = 0; w < num_warps; ++w) {
+      const int c = table[w * num_experts + e];
+      table[w * num_experts + e] = row;
+      row += c;
+    }
+  }
+  __syncthreads();
+
+  // ---- pass 2: rows
+  for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
+    int expert[kMetadataBatch];
+    load_batch(p, base, hi, lane, expert);
+#pragma unroll
+    for (int u = 0; u < kMetadataBatch; ++u) {
+      const int e = expert[u];
+      const unsigned peers = __match_any_sync(kFullMask, e);
+      const int s = base + u * kWarp + lane;
+      if (s < hi) p.row_of[s] = e >= 0 ? my_table[e] + __popc(peers & lanes_below) : -1;
+      __syncwarp();  // every lane has read my_table[e] before the leader moves it
+      if (e >= 0 && (peers & lanes_below) == 0) my_table[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
+  for (int s = live_slots + threadIdx.x; s < all_slots; s += blockDim.x) p.row_of[s] = -1;
+
+  // ---- the padded schedule's per-row expert: the last expert starting at or before r owns r
+  //      if r is below its end (earlier experts end before that start).
+  if (p.row_expert != nullptr) {
+    const int64_t m_cap = layout::m_cap(p.capacity, p.top_k, p.num_experts);
+    for (int64_t r = threadIdx.x; r < m_cap; r += blockDim.x) {
+      int first_after = 1, last = num_experts;  // first e with start[e] > r lies in [1, E]
+      while (first_after < last) {
+        const int mid = (first_after + last) / 2;
+        if (start[mid] > r) last = mid;
+        else first_after = mid + 1;
+      }
+      const int e = first_after - 1;
+      p.row_expert[r] = r < end[e] ? e : -1;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
+    quantize_permuted_kernel(const PermuteParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int warps_per_block = blockDim.x / kWarp;
+  const int64_t hidden = p.hidden_size;
+  const int64_t groups = layout::groups_of(hidden);
+  const int64_t chunks = layout::ceil_div(groups, detail::kGroupsPerChunk);
+  const int64_t m_cap = layout::m_cap(p.capacity, p.top_k, p.num_experts);
+  const int64_t m_pad = layout::m_pad(m_cap);
+  const bool pow2 = layout::is_pow2_format(p.scale_format);
+  const bool packed = p.scale_format == layout::ScaleFormat::kUe8m0Packed;
+  const int top_k = p.top_k;
+  const uint16_t* __restrict__ in = static_cast<const uint16_t*>(p.hidden);
+  const int64_t items = detail::live_tokens(p.num_tokens, p.tokens) * chunks;
+
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp; item < items;
+       item += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const int64_t t = item / chunks;
+    const int64_t chunk = item % chunks;
+    const detail::LaneSlice slice = detail::lane_slice(chunk, groups, lane);
+    float x[detail::kValuesPerLane] = {};
+    if (slice.active) {
+      const uint4* src = reinterpret_cast<const uint4*>(in + t * hidden + slice.col);
+      const uint4 v0 = __ldg(src), v1 = __ldg(src + 1);
+      detail::unpack_bf16x8(v0, x);
+      detail::unpack_bf16x8(v1, x + 8);
+    }
+    uint4 codes;
+    const float scale = detail::quantize_lane(x, pow2, codes);
+    const uint32_t word = packed ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
+    // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn.
+    for (int j0 = 0; j0 < top_k; j0 += kWarp) {
+      const int slots = min(kWarp, top_k - j0);
+      const int32_t lane_row = lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
+      for (int j = 0; j < slots; ++j) {
+        const int64_t row = __shfl_sync(kFullMask, lane_row, j);
+        if (row < 0 || row >= m_cap) continue;
+        detail::store_chunk(p.a1 + row * hidden, p.a1_scale, p.scale_format, m_pad, row, chunk, slice, lane,
+                            codes, scale, word);
+      }
+    }
+  }
+}
+
+bool valid_shapes(const PermuteParams& p) {
+  if (p.tokens < 0 || p.capacity < p.tokens || p.top_k < 1 || p.num_experts < 1) return false;
+  if (p.num_global_experts < 0 || (p.num_global_experts > 0) != (p.expert_map != nullptr)) return false;
+  // Slot and row indices are int32 inside the kernels, with room for a warp's overshoot.
+  if (p.capacity * p.top_k >= (int64_t{1} << 30)) return false;
+  return layout::m_cap(p.capacity, p.top_k, p.num_experts) < (int64_t{1} << 31);
+}
+
+// Warps of the metadata CTA: as many as fit (table [W][E] + start, end [E] + 32) in 48 KB, <= 32.
+int metadata_warps(int num_experts) {
+  const int w = (kMetadataSmemInts - kWarp) / num_experts - 2;
+  return w < kMetadataMaxWarps ? w : kMetadataMaxWarps;
+}
+
+}  // namespace
+
+cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream) {
+  if (!valid_shapes(p)) return cudaErrorInvalidValue;
+  if (p.counts == nullptr || p.ends == nullptr || p.error_count == nullptr) return cudaErrorInvalidValue;
+  if (p.tokens > 0 && (p.topk_ids == nullptr || p.row_of == nullptr)) return cudaErrorInvalidValue;
+  const int warps = metadata_warps(p.num_experts);
+  if (warps < 1) return cudaErrorInvalidValue;
+  const size_t smem = (static_cast<size_t>(warps + 2) * p.num_experts + kWarp) * sizeof(int32_t);
+  permute_metadata_kernel<<<1, warps * kWarp, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream) {
+  if (!valid_shapes(p)) return cudaErrorInvalidValue;
+  if (p.hidden_size <= 0 || p.hidden_size % layout::kGroup != 0) return cudaErrorInvalidValue;
+  if (p.tokens == 0) return cudaSuccess;  // nothing to read or write
+  if (p.hidden == nullptr || p.row_of == nullptr || p.a1 == nullptr || p.a1_scale == nullptr)
+    return cudaErrorInvalidValue;
+  const int64_t chunks = layout::ceil_div(layout::groups_of(p.hidden_size), detail::kGroupsPerChunk);
+  const int warps_per_block = kQuantizeThreads / kWarp;
+  int blocks = 0;
+  FP8MOE_KERNEL_TRY(
+      detail::persistent_blocks(kQuantizeBlocksPerSm, layout::ceil_div(p.tokens * chunks, warps_per_block), &blocks));
+  quantize_permuted_kernel<<<blocks, kQuantizeThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_permute(const PermuteParams& p, cudaStream_t stream) {
+  FP8MOE_KERNEL_TRY(launch_permute_metadata(p, stream));
+  return launch_quantize_permuted(p, stream);
+}
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,29 @@
+// Step 6 of SPEC section 2: unpermute + reduce.
+//   out[t] = BF16( sum over slots j = 0..k-1 (in order) with row_of[t, j] >= 0 of
+//                  num::reduce_step(acc, topk_weights[t, j], Y2[row_of[t, j]]) ),  acc starting at 0.
+// Every row t < T is written: zeros for tokens without a live slot and for t >= *num_tokens.
+// Only live rows of Y2 are read. The grid depends only on T and H (graph-capturable).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fp8moe::kernels {
+
+struct UnpermuteParams {
+  int64_t tokens = 0;       // T: rows of out / topk_weights / row_of
+  int64_t hidden_size = 0;  // H, multiple of 128
+  int top_k = 0;            // k >= 1
+  int64_t m_cap = 0;        // rows of Y2; row_of entries outside [0, m_cap) are treated as -1
+  const void* y2 = nullptr;              // BF16 [m_cap, H]
+  const float* topk_weights = nullptr;   // FP32 [T, k]
+  const int32_t* row_of = nullptr;       // int32 [T, k] from the permutation
+  const int32_t* num_tokens = nullptr;   // optional device scalar
+  void* out = nullptr;                   // BF16 [T, H]
+};
+
+// cudaErrorInvalidValue on bad shapes or missing pointers.
+cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream);
+
+}  // namespace fp8moe::kernels
