@@ -1,0 +1,210 @@
+#include <cublasLt.h>
+
+#include "bench/bench_common.cuh"
+
+namespace fp8moe::bench {
+namespace {
+
+// Streaming read: 16-byte non-allocating loads, 8 independent loads in flight per thread,
+// grid-stride over the buffer. The XOR keeps the loads alive; the store happens only for an
+// impossible value.
+__global__ void __launch_bounds__(512) read_kernel(const uint4* __restrict__ src, size_t n, uint4* sink) {
+  constexpr int kUnroll = 8;
+  uint32_t x = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint4* p = src + i + u * stride;
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                   : "l"(p));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = src[i];
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9E3779B9u) sink[0] = make_uint4(x, x, x, x);
+}
+
+__device__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u ^ seed;
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  h ^= h >> 12;
+  h *= 0x297A2D39u;
+  h ^= h >> 15;
+  return h;
+}
+
+__global__ void fill_random_fp8_kernel(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(hash32(i, seed)) & 0xBF;  // exponent < 8: moderate magnitudes
+    if ((c & 0x7F) == 0x7F) c ^= 0x01;                          // no NaN codes
+    p[i] = c;
+  }
+}
+
+__global__ void fill_random_f32_kernel(float* p, size_t n, uint32_t seed, float lo, float hi) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = lo + (hi - lo) * (hash32(i, seed) >> 8) * (1.0f / 16777216.0f);
+}
+
+__global__ void fill_bytes(uint8_t* p, size_t n, uint8_t v) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = v;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+}  // namespace
+
+void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream) {
+  fill_random_fp8_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+void fill_random_f32(float* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream) {
+  fill_random_f32_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed, lo, hi);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+L2Flush::L2Flush() {
+  int dev = 0, l2 = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  bytes_ = std::max<size_t>(size_t(4) * l2, size_t(256) << 20);
+  BENCH_CUDA(cudaMalloc(&buf_, bytes_));
+}
+L2Flush::~L2Flush() { cudaFree(buf_); }
+void L2Flush::run(cudaStream_t stream) {
+  static uint8_t v = 0;
+  fill_bytes<<<sm_count() * 4, 512, 0, stream>>>(static_cast<uint8_t*>(buf_), bytes_, ++v);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+double measure_read_tbps(size_t bytes, int reps) {
+  uint4* buf = nullptr;
+  uint4* sink = nullptr;
+  BENCH_CUDA(cudaMalloc(&buf, bytes));
+  BENCH_CUDA(cudaMalloc(&sink, sizeof(uint4)));
+  fill_random_fp8(reinterpret_cast<uint8_t*>(buf), bytes, 1234u);
+  L2Flush flush;
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  const size_t n = bytes / sizeof(uint4);
+  double best = 0;
+  // Try a few occupancies and keep the best median: the ceiling is what a good kernel reaches.
+  for (int blocks_per_sm : {2, 4}) {
+    std::vector<double> us;
+    for (int r = 0; r < reps + 2; ++r) {
+      flush.run(nullptr);
+      BENCH_CUDA(cudaEventRecord(start));
+      read_kernel<<<sm_count() * blocks_per_sm, 512>>>(buf, n, sink);
+      BENCH_CUDA(cudaEventRecord(stop));
+      BENCH_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      if (r >= 2) us.push_back(ms * 1e3);
+    }
+    best = std::max(best, bytes / (stats_of(us).median * 1e-6) / 1e12);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(buf);
+  cudaFree(sink);
+  return best;
+}
+
+double measure_fp8_gemm_tflops(int size, int reps) {
+#define LT_OK(expr)                                                                     \
+  do {                                                                                  \
+    cublasStatus_t s_ = (expr);                                                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
+      std::fprintf(stderr, "cuBLASLt FP8 ceiling: %s failed (%d)\n", #expr, int(s_));   \
+      return 0.0;                                                                       \
+    }                                                                                   \
+  } while (0)
+  const size_t m = size, n = size, k = size;
+  uint8_t *a = nullptr, *b = nullptr;
+  void* d = nullptr;
+  void* work = nullptr;
+  const size_t work_bytes = size_t(64) << 20;
+  BENCH_CUDA(cudaMalloc(&a, m * k));
+  BENCH_CUDA(cudaMalloc(&b, n * k));
+  BENCH_CUDA(cudaMalloc(&d, m * n * 2));
+  BENCH_CUDA(cudaMalloc(&work, work_bytes));
+  fill_random_fp8(a, m * k, 11u);
+  fill_random_fp8(b, n * k, 22u);
+
+  cublasLtHandle_t lt;
+  LT_OK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  LT_OK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  LT_OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  LT_OK(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k));
+  LT_OK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, n, k));
+  LT_OK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m));
+  cublasLtMatmulPreference_t pref;
+  LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+  LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work_bytes,
+                                             sizeof(work_bytes)));
+  cublasLtMatmulHeuristicResult_t heur[8];
+  int found = 0;
+  LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, heur, &found));
+  if (found == 0) {
+    std::fprintf(stderr, "cuBLASLt FP8 ceiling: no algorithm\n");
+    return 0.0;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  double best = 0;
+  for (int h = 0; h < found && h < 3; ++h) {  // best of the top heuristics
+    std::vector<double> us;
+    for (int r = 0; r < reps + 3; ++r) {
+      BENCH_CUDA(cudaEventRecord(start));
+      LT_OK(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur[h].algo, work, work_bytes,
+                           nullptr));
+      BENCH_CUDA(cudaEventRecord(stop));
+      BENCH_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      if (r >= 3) us.push_back(ms * 1e3);
+    }
+    best = std::max(best, 2.0 * m * n * k / (stats_of(us).median * 1e-6) / 1e12);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(d);
+  cudaFree(work);
+  return best;
+#undef LT_OK
+}
+
+}  // namespace fp8moe::bench

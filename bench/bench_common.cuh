@@ -1,0 +1,64 @@
+// What the benchmarks share: the ceilings measured in the same run (SPEC section 7: HBM read
+// bandwidth with a streaming-read kernel, the dense FP8 GEMM rate through cuBLASLt), the L2 flush,
+// sample statistics and random device data.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace fp8moe::bench {
+
+#define BENCH_CUDA(expr)                                                                          \
+  do {                                                                                            \
+    cudaError_t e_ = (expr);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0, min = 0;
+  size_t samples = 0;
+};
+inline Stats stats_of(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)]; };
+  s.median = at(0.5);
+  s.p10 = at(0.1);
+  s.p90 = at(0.9);
+  s.min = v.front();
+  s.samples = v.size();
+  return s;
+}
+
+// Evicts the L2 (60 MB on H200) by writing a buffer several times its size.
+class L2Flush {
+ public:
+  L2Flush();
+  ~L2Flush();
+  void run(cudaStream_t stream);
+
+ private:
+  void* buf_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// HBM read ceiling: TB/s of a streaming read of `bytes` (median of `reps` cold runs).
+double measure_read_tbps(size_t bytes = size_t(2) << 30, int reps = 20);
+// Dense FP8 E4M3 GEMM rate (TFLOP/s) of cuBLASLt at m = n = k = `size`, BF16 out, random data.
+// Returns 0 (and says why on stderr) if cuBLASLt has no FP8 algorithm here.
+double measure_fp8_gemm_tflops(int size = 8192, int reps = 20);
+
+// Random device data (never zeros): FP8 E4M3 codes without NaN, FP32 values in [lo, hi).
+void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream = nullptr);
+void fill_random_f32(float* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream = nullptr);
+
+}  // namespace fp8moe::bench

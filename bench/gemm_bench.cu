@@ -1,0 +1,237 @@
+// fp8moe-gemm-bench: the two grouped GEMMs alone, padded vs live, on the seed cases
+// (issue 4's benchmark mode). Cold L2 before every sample, CUDA events around each launch,
+// alternating rounds padded/live/padded/live, ceilings measured in the same run.
+//
+//   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
+//                     [--no-ceilings]
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.cuh"
+#include "gemm/grouped_gemm.hpp"
+#include "layout/layout.cuh"
+
+using namespace fp8moe;
+using bench::Stats;
+
+namespace {
+
+struct Preset {
+  const char* name;
+  int experts, hidden, inter, topk;
+};
+constexpr Preset kPresets[] = {{"deepseek-v3-ep8", 32, 7168, 2048, 8},
+                               {"qwen3-30b-a3b", 128, 2048, 768, 8},
+                               {"qwen3-235b-a22b", 128, 4096, 1536, 8}};
+
+// Uniform random top-k routing: k distinct experts per token.
+std::vector<int32_t> route_counts(int tokens, int experts, int topk, std::mt19937_64& rng) {
+  std::vector<int32_t> counts(experts, 0);
+  std::vector<int> perm(experts);
+  for (int t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) perm[e] = e;
+    for (int j = 0; j < topk; ++j) {
+      const int pick = j + static_cast<int>(rng() % (experts - j));
+      std::swap(perm[j], perm[pick]);
+      ++counts[perm[j]];
+    }
+  }
+  return counts;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int samples = 50, only_gemm = 0;
+  bool ceilings = true;
+  struct Case { int capacity, tokens; };
+  std::vector<Case> cases;
+  std::string json_path, preset_name = "deepseek-v3-ep8";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--preset" && i + 1 < argc) preset_name = argv[++i];
+    else if (a == "--gemm" && i + 1 < argc) only_gemm = std::atoi(argv[++i]);
+    else if (a == "--no-ceilings") ceilings = false;
+    else if (a == "--case" && i + 1 < argc && std::strchr(argv[i + 1], '/')) {
+      const char* v = argv[++i];
+      cases.push_back({std::atoi(v), std::atoi(std::strchr(v, '/') + 1)});
+    }
+    else {
+      std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
+                  "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--no-ceilings]\n",
+                  argv[0]);
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  const Preset* pre = nullptr;
+  for (const auto& p : kPresets)
+    if (preset_name == p.name) pre = &p;
+  if (!pre) {
+    std::fprintf(stderr, "unknown preset %s\n", preset_name.c_str());
+    return 2;
+  }
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major != 9) {
+    std::printf("fp8moe-gemm-bench needs an SM90 GPU (H100/H200); none found.\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+
+  std::fprintf(stderr, "measuring ceilings...\n");
+  // Without measured ceilings (profiling runs) the SPEC section 8 figures stand in.
+  const double read_tbps = ceilings ? bench::measure_read_tbps() : 4.47;
+  const double fp8_tflops = ceilings ? bench::measure_fp8_gemm_tflops() : 1359;
+  std::printf("GPU %s: HBM read ceiling %.2f TB/s, cuBLASLt FP8 8192^3 %.0f TFLOP/s\n", prop.name, read_tbps,
+              fp8_tflops);
+
+  const int E = pre->experts, H = pre->hidden, I = pre->inter, K = pre->topk;
+  if (cases.empty()) cases = {{512, 16}, {512, 512}, {4096, 4096}, {4096, 256}, {512, 1}};
+
+  // Weights are shared by all cases.
+  uint8_t *w13, *w2;
+  float *w13s, *w2s;
+  BENCH_CUDA(cudaMalloc(&w13, size_t(E) * 2 * I * H));
+  BENCH_CUDA(cudaMalloc(&w2, size_t(E) * H * I));
+  BENCH_CUDA(cudaMalloc(&w13s, size_t(E) * (2 * I / 128) * (H / 128) * 4));
+  BENCH_CUDA(cudaMalloc(&w2s, size_t(E) * (H / 128) * (I / 128) * 4));
+  bench::fill_random_fp8(w13, size_t(E) * 2 * I * H, 1);
+  bench::fill_random_fp8(w2, size_t(E) * H * I, 2);
+  bench::fill_random_f32(w13s, size_t(E) * (2 * I / 128) * (H / 128), 3, 1e-3f, 1e-2f);
+  bench::fill_random_f32(w2s, size_t(E) * (H / 128) * (I / 128), 4, 1e-3f, 1e-2f);
+
+  bench::L2Flush flush;
+  cudaEvent_t ev0, ev1;
+  BENCH_CUDA(cudaEventCreate(&ev0));
+  BENCH_CUDA(cudaEventCreate(&ev1));
+  std::mt19937_64 rng(std::random_device{}());
+  FILE* js = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  if (js)
+    std::fprintf(js, "{\"gpu\": \"%s\", \"preset\": \"%s\", \"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, "
+                 "\"cases\": [",
+                 prop.name, pre->name, read_tbps, fp8_tflops);
+
+  std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s\n", "case", "gemm", "arm", "median_us", "p10_us",
+              "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup");
+  bool first_json = true;
+  for (const auto& c : cases) {
+    const auto counts = route_counts(c.tokens, E, K, rng);
+    std::vector<int32_t> ends(E), row_expert;
+    layout::ends_from_counts(counts.data(), E, ends.data());
+    const int64_t m_cap = layout::m_cap(c.capacity, K, E), m_pad = layout::m_pad(m_cap);
+    row_expert.resize(m_cap);
+    layout::padded_row_expert(ends.data(), E, m_cap, row_expert.data());
+    int64_t live_rows = 0;
+    int touched = 0;
+    for (int e = 0; e < E; ++e) {
+      live_rows += counts[e];
+      touched += counts[e] > 0;
+    }
+    int32_t *d_ends, *d_rows;
+    BENCH_CUDA(cudaMalloc(&d_ends, E * 4));
+    BENCH_CUDA(cudaMalloc(&d_rows, m_cap * 4));
+    BENCH_CUDA(cudaMemcpy(d_ends, ends.data(), E * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(d_rows, row_expert.data(), m_cap * 4, cudaMemcpyHostToDevice));
+
+    for (int g = 0; g < 2; ++g) {
+      if (only_gemm && only_gemm != g + 1) continue;
+      const int n = g == 0 ? 2 * I : H, k = g == 0 ? H : I;
+      uint8_t* a;
+      float* as;
+      void *d_live, *d_pad;
+      BENCH_CUDA(cudaMalloc(&a, m_cap * k));
+      BENCH_CUDA(cudaMalloc(&as, (k / 128) * m_pad * 4));
+      BENCH_CUDA(cudaMalloc(&d_live, m_cap * n * 2));
+      BENCH_CUDA(cudaMalloc(&d_pad, m_cap * n * 2));
+      bench::fill_random_fp8(a, m_cap * k, 5 + g);
+      bench::fill_random_f32(as, (k / 128) * m_pad, 7 + g, 1e-3f, 1e-2f);
+      gemm::GroupedGemmArgs args;
+      args.a = a;
+      args.a_scale = as;
+      args.b = g == 0 ? w13 : w2;
+      args.b_scale = g == 0 ? w13s : w2s;
+      args.ends = d_ends;
+      args.row_expert = d_rows;
+      args.m_cap = m_cap;
+      args.m_pad = m_pad;
+      args.n = n;
+      args.k = k;
+      args.num_experts = E;
+      for (auto sched : {gemm::TileSchedule::kPadded, gemm::TileSchedule::kLive}) {
+        args.schedule = sched;
+        const auto info = gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
+        std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d, %d stages, BLOCK_N %d\n", g + 1,
+                     sched == gemm::TileSchedule::kLive ? "live" : "padded", info.ctas, info.cluster, info.stages,
+                     info.block_n);
+      }
+      std::vector<double> us[2];
+      for (int round = 0; round < 4; ++round) {
+        const int arm = round % 2;  // 0 padded, 1 live
+        args.schedule = arm == 0 ? gemm::TileSchedule::kPadded : gemm::TileSchedule::kLive;
+        args.d = arm == 0 ? d_pad : d_live;
+        for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
+          flush.run(nullptr);
+          BENCH_CUDA(cudaEventRecord(ev0));
+          BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
+          BENCH_CUDA(cudaEventRecord(ev1));
+          BENCH_CUDA(cudaEventSynchronize(ev1));
+          float ms = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
+          if (!(round < 2 && s == 0)) us[arm].push_back(ms * 1e3);
+        }
+      }
+      // Bitwise check of the arms on live rows.
+      std::vector<uint16_t> hl(m_cap * n), hp(m_cap * n);
+      BENCH_CUDA(cudaMemcpy(hl.data(), d_live, hl.size() * 2, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(hp.data(), d_pad, hp.size() * 2, cudaMemcpyDeviceToHost));
+      bool equal = true;
+      for (int e = 0; e < E && equal; ++e)
+        for (int64_t r = layout::expert_start(ends.data(), e); r < ends[e] && equal; ++r)
+          equal = std::memcmp(&hl[r * n], &hp[r * n], size_t(n) * 2) == 0;
+
+      const double flops = 2.0 * live_rows * n * k;
+      const double wbytes = double(touched) * n * k;
+      const double floor_us = std::max(wbytes / (read_tbps * 1e12), flops / (fp8_tflops * 1e12)) * 1e6;
+      const Stats sp = bench::stats_of(us[0]), sl = bench::stats_of(us[1]);
+      char label[32];
+      std::snprintf(label, sizeof label, "%d/%d", c.capacity, c.tokens);
+      for (int arm = 0; arm < 2; ++arm) {
+        const Stats& st = arm == 0 ? sp : sl;
+        std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s\n", label, g == 0 ? "gemm1" : "gemm2",
+                    arm == 0 ? "padded" : "live", st.median, st.p10, st.p90, flops / (st.median * 1e-6) / 1e12,
+                    wbytes / (st.median * 1e-6) / 1e12, floor_us, st.median / floor_us,
+                    arm == 1 ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "");
+      }
+      if (!equal) std::printf("  !! live and padded differ on live rows\n");
+      if (js) {
+        std::fprintf(js,
+                     "%s{\"capacity\": %d, \"tokens\": %d, \"gemm\": %d, \"n\": %d, \"k\": %d, \"live_rows\": %lld, "
+                     "\"touched_experts\": %d, \"padded\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, "
+                     "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, \"floor_us\": %.2f, "
+                     "\"bitwise_equal\": %s}",
+                     first_json ? "" : ", ", c.capacity, c.tokens, g + 1, n, k, static_cast<long long>(live_rows),
+                     touched, sp.median, sp.p10, sp.p90, sl.median, sl.p10, sl.p90, floor_us, equal ? "true" : "false");
+        first_json = false;
+      }
+      cudaFree(a);
+      cudaFree(as);
+      cudaFree(d_live);
+      cudaFree(d_pad);
+    }
+    cudaFree(d_ends);
+    cudaFree(d_rows);
+  }
+  if (js) {
+    std::fprintf(js, "]}\n");
+    std::fclose(js);
+  }
+  return 0;
+}

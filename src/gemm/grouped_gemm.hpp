@@ -1,0 +1,48 @@
+// Host interface of the block-FP8 grouped GEMM (SPEC sections 2-4):
+//   D[r] = dequant(A[r]) . dequant(B[e])^T  for every live row r of expert e,
+// A FP8 [M_cap, K] with FP32 1x128 scales in the MN-major layout (index g * M_pad + r),
+// B FP8 [E, N, K] with FP32 128x128 block scales [E, N/128, K/128], D BF16 [M_cap, N].
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fp8moe::gemm {
+
+enum class TileSchedule : int {
+  kLive = 0,    // prefix-sum scheduler over ends[]: only live tiles
+  kPadded = 1,  // every 128-row tile of M_cap, expert from row_expert[] (today's engines)
+};
+
+struct GroupedGemmArgs {
+  const uint8_t* a = nullptr;     // FP8 E4M3 [m_cap, k]
+  const float* a_scale = nullptr; // FP32 [k/128, m_pad]
+  const uint8_t* b = nullptr;     // FP8 E4M3 [num_experts, n, k]
+  const float* b_scale = nullptr; // FP32 [num_experts, n/128, k/128]
+  void* d = nullptr;              // BF16 [m_cap, n]
+  const int32_t* ends = nullptr;        // kLive: int32 [num_experts]
+  const int32_t* row_expert = nullptr;  // kPadded: int32 [m_cap]
+  int64_t m_cap = 0;              // multiple of 128
+  int64_t m_pad = 0;              // multiple of 4, >= m_cap
+  int n = 0;                      // multiple of 128
+  int k = 0;                      // multiple of 128
+  int num_experts = 0;
+  TileSchedule schedule = TileSchedule::kLive;
+};
+
+// SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
+// warpgroups, 128x128 tiles, FP32 promotion every 128 K. Graph-capturable: the grid is the SM
+// count; the tile count is read on the device. Returns the launch error, if any.
+cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& args, cudaStream_t stream);
+
+// The launch shape sm90_fp8_grouped_gemm_1d2d uses for `args` (for benchmarks and notes).
+struct GemmLaunchInfo {
+  int ctas = 0;
+  int cluster = 0;
+  int stages = 0;
+  int block_n = 0;
+};
+GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
+
+}  // namespace fp8moe::gemm

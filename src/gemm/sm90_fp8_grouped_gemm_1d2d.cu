@@ -1,0 +1,149 @@
+// Host side of the SM90 grouped GEMM: TMA descriptors, launch configuration, dispatch on the
+// schedule. Tensor maps are encoded per call (host-only, microseconds) and passed by value, so a
+// captured CUDA graph carries them.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <type_traits>
+
+#include "gemm/grouped_gemm.hpp"
+#include "gemm/sm90_fp8_grouped_gemm_1d2d.cuh"
+
+namespace fp8moe::gemm {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    cudaDriverEntryPointQueryResult status{};
+    void* ptr = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status) ==
+            cudaSuccess &&
+        status == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  });
+  return fn;
+}
+
+// 2-D row-major tensor [rows, cols] of `elem_bytes` elements, box [box_rows, box_cols].
+bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base, uint64_t rows,
+               uint64_t cols, uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
+  auto encode = tensor_map_encoder();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * elem_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n;
+}
+
+template <int kBlockN, int kStages, int kCluster, bool kLive>
+struct Launcher {
+  using Cfg = Sm90GemmConfig<kBlockN, kStages>;
+  static constexpr auto kernel = sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive>;
+
+  static cudaLaunchConfig_t config(cudaLaunchAttribute* cluster, cudaStream_t stream) {
+    cudaLaunchConfig_t c{};
+    cluster->id = cudaLaunchAttributeClusterDimension;
+    cluster->val.clusterDim.x = kCluster;
+    cluster->val.clusterDim.y = 1;
+    cluster->val.clusterDim.z = 1;
+    c.blockDim = dim3(Cfg::kThreads);
+    c.dynamicSmemBytes = Cfg::kSmemBytes;
+    c.stream = stream;
+    c.attrs = cluster;
+    c.numAttrs = 1;
+    return c;
+  }
+  // Persistent grid: one CTA per SM, or as many whole clusters as can be resident at once.
+  static int grid() {
+    static const int ctas = [] {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess)
+        return 0;
+      const int sms = sm_count();
+      if (kCluster == 1) return sms;
+      cudaLaunchAttribute attr;
+      cudaLaunchConfig_t c = config(&attr, nullptr);
+      c.gridDim = dim3(sms / kCluster * kCluster);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &c) != cudaSuccess || clusters < 1) {
+        cudaGetLastError();
+        return sms / kCluster * kCluster;
+      }
+      return clusters * kCluster;
+    }();
+    return ctas;
+  }
+  static cudaError_t launch(const Sm90GemmParams& params, cudaStream_t stream) {
+    const int ctas = grid();
+    if (ctas == 0) return cudaErrorInvalidConfiguration;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t c = config(&attr, stream);
+    c.gridDim = dim3(ctas);
+    return cudaLaunchKernelEx(&c, kernel, params);
+  }
+  static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN}; }
+};
+
+constexpr int kBlockN = 128;
+constexpr int kStages = 6;
+
+// 2-CTA clusters that share A (multicast) are opt-in through FP8MOE_GEMM_CLUSTER=2: measured on the
+// H200 they did not beat single CTAs yet (docs/perf-notes.md, v3), so single CTAs are the default.
+// They need the N-blocks to pair up exactly (N % 256 == 0).
+template <typename F>
+auto dispatch(const GroupedGemmArgs& a, F&& f) {
+  static const bool clusters_allowed = [] {
+    const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
+    return v != nullptr && std::atoi(v) == 2;
+  }();
+  const bool pair = clusters_allowed && a.n % (2 * kBlockN) == 0;
+  if (a.schedule == TileSchedule::kLive)
+    return pair ? f(Launcher<kBlockN, kStages, 2, true>{}) : f(Launcher<kBlockN, kStages, 1, true>{});
+  return pair ? f(Launcher<kBlockN, kStages, 2, false>{}) : f(Launcher<kBlockN, kStages, 1, false>{});
+}
+
+}  // namespace
+
+GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
+  return dispatch(a, [](auto launcher) { return decltype(launcher)::info(); });
+}
+
+cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t stream) {
+  if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1)
+    return cudaErrorInvalidValue;
+  Sm90GemmParams p{};
+  bool ok = true;
+  for (int i = 0; i < 3; ++i)
+    ok = ok && encode_2d(&p.map_a[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m_cap, a.k, a_box_rows(i), 128,
+                         CU_TENSOR_MAP_SWIZZLE_128B);
+  ok = ok &&
+      encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
+                kBlockN, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
+                CU_TENSOR_MAP_SWIZZLE_NONE) &&
+      encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+  if (!ok) return cudaErrorInvalidValue;
+  p.b_scale = a.b_scale;
+  p.ends = a.ends;
+  p.row_expert = a.row_expert;
+  p.m_cap = a.m_cap;
+  p.n = a.n;
+  p.k = a.k;
+  p.num_experts = a.num_experts;
+  return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream); });
+}
+
+}  // namespace fp8moe::gemm

@@ -1,0 +1,246 @@
+// SM90 block-FP8 grouped GEMM, "1d2d" scaling (A: one FP32 scale per row per 128 K; B: one per
+// 128x128 block), BF16 out. Persistent and warp-specialised:
+//
+//   warpgroup 2 (producer, 40 registers): one thread walks the tile schedule and, for every 128-K
+//     block, waits for a free ring stage and issues three TMA loads into it (A 128x128, B BNx128,
+//     A's 128 scales), completing on the stage's `full` mbarrier;
+//   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. Per 128-K
+//     block: wait `full`, four wgmma m64nBNk32 into a fresh FP32 accumulator, wait for them, release
+//     the stage (`empty`), then promote: out += (scale_a[row] * scale_b) * acc on CUDA cores. While one
+//     warpgroup promotes, the other's wgmma run. A 64-row half with no live row skips its math.
+//   Epilogue, per math warpgroup and 64-column half: BF16 fragments -> stmatrix into an 8 KB
+//     shared tile (128-byte swizzle) -> one TMA store, left in flight while the next tile starts.
+//     A warpgroup with no live row stores nothing; in a live tile the rows past the expert's end
+//     (the gap up to the 128-row boundary) are written too, which SPEC section 4 allows.
+//
+// With kCluster = 2 the grid runs in 2-CTA clusters that take N-neighbour tiles (same expert, same
+// rows): CTA 0 multicasts the shared A block into both CTAs, so each CTA pulls 24 KB per k-block
+// from L2 instead of 32. Every consumer warp then releases a stage in both CTAs (CTA 0 may
+// overwrite the peer's A), and the CTAs meet at a cluster barrier before exiting.
+//
+// The tile schedule (live or padded) is a template parameter; both share this mainloop, so live
+// rows come out bit-identical between the two.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "layout/layout.cuh"
+#include "ptx/ptx.cuh"
+#include "schedulers/grouped_tiles.cuh"
+
+namespace fp8moe::gemm {
+
+// A is loaded with the smallest box that covers the tile's live rows (live schedule only): a decode
+// tile with 4 live rows moves 2 KB of A per stage instead of 16 KB. The rows of shared memory the
+// box does not cover hold stale bytes; they feed only output rows that are never stored.
+__host__ __device__ constexpr int a_box_rows(int box) { return box == 0 ? 128 : box == 1 ? 64 : 16; }
+
+struct Sm90GemmParams {
+  CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
+  CUtensorMap map_b;    // FP8 [E * n, k], box BN x 128, 128-byte swizzle
+  CUtensorMap map_sfa;  // FP32 [k/128, m_pad], box 1 x 128
+  CUtensorMap map_d;    // BF16 [m_cap, n], box 64 x 64, 128-byte swizzle
+  const float* b_scale;
+  const int32_t* ends;
+  const int32_t* row_expert;
+  int64_t m_cap;
+  int n, k, num_experts;
+};
+
+template <int kBlockN, int kStages>
+struct Sm90GemmConfig {
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockK = 128;
+  static constexpr int kThreads = 384;  // 2 math warpgroups + 1 producer warpgroup
+  static constexpr int kABytes = kBlockM * kBlockK;
+  static constexpr int kBBytes = kBlockN * kBlockK;
+  static constexpr int kSfaBytes = kBlockM * 4;
+  static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
+  static constexpr int kDBytes = 64 * 64 * 2;  // per math warpgroup: 64 rows x 64 BF16 columns
+  // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 1024;
+  static_assert(kBlockN == 128, "one B scale per tile column block; other widths come later");
+};
+
+template <int kBlockN, int kStages, int kCluster, bool kLive>
+__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = Sm90GemmConfig<kBlockN, kStages>;
+  using Mma = ptx::WgmmaE4M3<kBlockN>;
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  // The scheduler hands out cluster tiles kCluster * kBlockN wide; CTA `rank` takes its slice.
+  using Scheduler =
+      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM, kBlockN * kCluster>,
+                                sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
+
+  extern __shared__ uint8_t smem_raw[];
+  // Align through an offset from smem_raw (not an integer round trip) so the compiler still knows
+  // these are shared-memory addresses and emits LDS, not generic loads.
+  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* smem_a = smem;
+  uint8_t* smem_b = smem_a + kStages * Cfg::kABytes;
+  uint8_t* smem_d = smem_b + kStages * Cfg::kBBytes;  // 2 x kDBytes, 1024-aligned
+  float* smem_sfa = reinterpret_cast<float*>(smem_d + 2 * Cfg::kDBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kStages * Cfg::kBlockM);
+  uint64_t* empty = full + kStages;
+
+  const int warpgroup = threadIdx.x / 128;
+  const int num_kb = p.k / Cfg::kBlockK;
+  const uint32_t rank = kCluster == 1 ? 0 : ptx::cluster_ctarank();
+  const int64_t first_id = blockIdx.x / kCluster, id_step = gridDim.x / kCluster;
+
+  if (threadIdx.x == 256) {
+    for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
+    ptx::prefetch_tensormap(&p.map_b);
+    ptx::prefetch_tensormap(&p.map_sfa);
+    ptx::prefetch_tensormap(&p.map_d);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
+    }
+    ptx::fence_barrier_init();
+  }
+  if constexpr (kCluster > 1) ptx::cluster_sync();  // the peer's barriers exist before anyone uses them
+  else __syncthreads();
+
+  Scheduler scheduler = [&] {
+    if constexpr (kLive) return Scheduler(p.ends, p.num_experts, p.n);
+    else return Scheduler(p.row_expert, p.m_cap, p.n);
+  }();
+
+  if (warpgroup == 2) {
+    // ---------------- producer ----------------
+    ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == 256) {
+      int stage = 0;
+      uint32_t phase = 0;
+      sched::TileInfo t;
+      for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
+        const int32_t b_row = t.expert * p.n + t.n_col + rank * kBlockN;
+        const int live_rows = t.row_end - t.m_row;
+        const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
+        const CUtensorMap* map_a = &p.map_a[box];
+        const uint32_t stage_bytes = a_box_rows(box) * Cfg::kBlockK + Cfg::kBBytes + Cfg::kSfaBytes;
+        for (int kb = 0; kb < num_kb; ++kb) {
+          ptx::mbar_wait(&empty[stage], phase ^ 1u);
+          ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
+          if constexpr (kCluster == 1)
+            ptx::tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row);
+          else if (rank == 0)  // A lands in both CTAs and completes on both `full` barriers
+            ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
+                                       t.m_row, (1u << kCluster) - 1);
+          ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, &p.map_b, &full[stage], kb * Cfg::kBlockK, b_row);
+          ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- math ----------------
+    ptx::setmaxnreg_inc<232>();
+    const int warp = (threadIdx.x % 128) / 32;
+    const int lane = threadIdx.x % 32;
+    const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+    const int num_n128 = p.n / 128;
+    int stage = 0;
+    uint32_t phase = 0;
+    sched::TileInfo t;
+    for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
+      t.n_col += rank * kBlockN;
+      const bool live = warpgroup == 0 ? t.live_half[0] : t.live_half[1];
+      const float* sb_ptr = p.b_scale + (static_cast<int64_t>(t.expert) * num_n128 + t.n_col / 128) * num_kb;
+      float out[Mma::kAccum];
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) out[i] = 0.0f;
+
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const float sb = __ldg(sb_ptr + kb);
+        ptx::mbar_wait(&full[stage], phase);
+        const float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
+        const float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
+        float acc[Mma::kAccum];
+        if (live) {
+#pragma unroll
+          for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+          ptx::wgmma_fence();
+          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + warpgroup * 64 * 128);
+          const uint64_t desc_b = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
+#pragma unroll
+          for (int k = 0; k < Cfg::kBlockK / 32; ++k) {
+            // +32 bytes along K inside the 128-byte swizzle atom = +2 in the descriptor's address field
+            Mma::mma(acc, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+          }
+          ptx::wgmma_commit();
+          ptx::wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+        }
+        __syncwarp();
+        if constexpr (kCluster == 1) {
+          if (lane == 0) ptx::mbar_arrive(&empty[stage]);
+        } else if (lane < kCluster) {
+          ptx::mbar_arrive_cluster(&empty[stage], lane);  // lane r releases the stage in CTA r
+        }
+        if (live) {
+          const float s0 = __fmul_rn(sa0, sb);
+          const float s1 = __fmul_rn(sa1, sb);
+#pragma unroll
+          for (int i = 0; i < Mma::kAccum; i += 4) {
+            out[i + 0] = __fmaf_rn(s0, acc[i + 0], out[i + 0]);
+            out[i + 1] = __fmaf_rn(s0, acc[i + 1], out[i + 1]);
+            out[i + 2] = __fmaf_rn(s1, acc[i + 2], out[i + 2]);
+            out[i + 3] = __fmaf_rn(s1, acc[i + 3], out[i + 3]);
+          }
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+
+      // Epilogue. Dead halves of a live tile store nothing; padded tiles store every half (zeros
+      // where dead), as the padded baseline does.
+      if (kLive && !live) continue;
+      const bool storer = threadIdx.x % 128 == 0;
+      uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
+#pragma unroll
+      for (int h = 0; h < kBlockN / 64; ++h) {
+        if (storer) ptx::bulk_wait_group_read<0>();  // the previous store has read the shared tile
+        ptx::named_barrier(1 + warpgroup, 128);
+#pragma unroll
+        for (int i = 8 * h; i < 8 * h + 8; i += 2) {  // fragment chunks i, i+1 = 16 columns
+          const int j = lane / 8;                      // the matrix this lane addresses
+          const int r = warp * 16 + (j % 2) * 8 + lane % 8;
+          const int c = i + j / 2 - 8 * h;             // 16-byte chunk within the 128-byte row
+          auto pack = [&](int q) {
+            const __nv_bfloat162 v = __floats2bfloat162_rn(out[q], out[q + 1]);
+            return *reinterpret_cast<const uint32_t*>(&v);
+          };
+          ptx::stmatrix_x4(tile_d + r * 128 + ((c ^ (r % 8)) << 4), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
+                           pack(4 * i + 6));
+        }
+        ptx::fence_proxy_async_shared();
+        ptx::named_barrier(1 + warpgroup, 128);
+        if (storer) {
+          ptx::tma_store_2d(&p.map_d, tile_d, t.n_col + 64 * h, t.m_row + 64 * warpgroup);
+          ptx::bulk_commit_group();
+        }
+      }
+    }
+    if (threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
+  }
+  // Neither CTA of a cluster may exit while its peer can still arrive on its barriers.
+  if constexpr (kCluster > 1) ptx::cluster_sync();
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for another architecture: the host never launches this there
+#endif
+}
+
+}  // namespace fp8moe::gemm
