@@ -97,22 +97,44 @@ struct Launcher {
   static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN}; }
 };
 
-constexpr int kBlockN = 128;
-constexpr int kStages = 6;
+// Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
+// bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule takes
+// 192 when the workspace holds more than ~4 full M-tiles per expert. The padded baseline stays at
+// 128 (today's engines' tile; its 192-wide variant still spills registers). Both widths compute
+// every output element with the same operations in the same order (same k32 wgmma chain per
+// 128-K block, same scale products), so the two schedules stay bit-identical; the GEMM tests
+// check it with mixed widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
+constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
+
+int block_n_for(const GroupedGemmArgs& a) {
+  if (a.schedule == TileSchedule::kPadded) return 128;
+  static const int forced = [] {
+    const char* v = std::getenv("FP8MOE_GEMM_BLOCK_N");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced == 128 || forced == 192) return forced;
+  return a.m_cap / a.num_experts > 512 ? 192 : 128;
+}
 
 // 2-CTA clusters that share A (multicast) are opt-in through FP8MOE_GEMM_CLUSTER=2: measured on the
-// H200 they did not beat single CTAs yet (docs/perf-notes.md, v3), so single CTAs are the default.
-// They need the N-blocks to pair up exactly (N % 256 == 0).
+// H200 they did not beat single CTAs (docs/perf-notes.md), so single CTAs are the default.
+// They need the N-blocks to pair up exactly (N % (2 * BLOCK_N) == 0).
 template <typename F>
 auto dispatch(const GroupedGemmArgs& a, F&& f) {
   static const bool clusters_allowed = [] {
     const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
     return v != nullptr && std::atoi(v) == 2;
   }();
-  const bool pair = clusters_allowed && a.n % (2 * kBlockN) == 0;
-  if (a.schedule == TileSchedule::kLive)
-    return pair ? f(Launcher<kBlockN, kStages, 2, true>{}) : f(Launcher<kBlockN, kStages, 1, true>{});
-  return pair ? f(Launcher<kBlockN, kStages, 2, false>{}) : f(Launcher<kBlockN, kStages, 1, false>{});
+  const bool live = a.schedule == TileSchedule::kLive;
+  if (block_n_for(a) == 192) {  // live only
+    constexpr int kN = 192, kS = stages_for(192);
+    const bool pair = clusters_allowed && a.n % (2 * kN) == 0;
+    return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
+  }
+  constexpr int kN = 128, kS = stages_for(128);
+  const bool pair = clusters_allowed && a.n % (2 * kN) == 0;
+  if (live) return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
+  return pair ? f(Launcher<kN, kS, 2, false>{}) : f(Launcher<kN, kS, 1, false>{});
 }
 
 }  // namespace
@@ -131,7 +153,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
                          CU_TENSOR_MAP_SWIZZLE_128B);
   ok = ok &&
       encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
-                kBlockN, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE) &&
       encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);

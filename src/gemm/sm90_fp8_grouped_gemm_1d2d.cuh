@@ -14,8 +14,8 @@
 //     (the gap up to the 128-row boundary) are written too, which SPEC section 4 allows.
 //
 // With kCluster = 2 the grid runs in 2-CTA clusters that take N-neighbour tiles (same expert, same
-// rows): CTA 0 multicasts the shared A block into both CTAs, so each CTA pulls 24 KB per k-block
-// from L2 instead of 32. Every consumer warp then releases a stage in both CTAs (CTA 0 may
+// rows): each CTA multicasts one 64-row half of the shared A block into both CTAs, so each CTA
+// pulls (and its copy engine issues) 24 KB per k-block instead of 32. Every consumer warp then releases a stage in both CTAs (CTA 0 may
 // overwrite the peer's A), and the CTAs meet at a cluster barrier before exiting.
 //
 // The tile schedule (live or padded) is a template parameter; both share this mainloop, so live
@@ -63,7 +63,7 @@ struct Sm90GemmConfig {
   static constexpr int kDBytes = 64 * 64 * 2;  // per math warpgroup: 64 rows x 64 BF16 columns
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 1024;
-  static_assert(kBlockN == 128, "one B scale per tile column block; other widths come later");
+  static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
 template <int kBlockN, int kStages, int kCluster, bool kLive>
@@ -130,7 +130,10 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
           ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
           if constexpr (kCluster == 1)
             ptx::tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row);
-          else if (rank == 0)  // A lands in both CTAs and completes on both `full` barriers
+          else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
+            ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
+                                       &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
+          else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
             ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
                                        t.m_row, (1u << kCluster) - 1);
           ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, &p.map_b, &full[stage], kb * Cfg::kBlockK, b_row);
@@ -155,13 +158,20 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
       t.n_col += rank * kBlockN;
       const bool live = warpgroup == 0 ? t.live_half[0] : t.live_half[1];
-      const float* sb_ptr = p.b_scale + (static_cast<int64_t>(t.expert) * num_n128 + t.n_col / 128) * num_kb;
+      // A 192-wide tile straddles two 128-wide B-scale blocks: columns [0, split) use the first,
+      // the rest the second (clamped: past N they feed only columns that are never stored).
+      const int n128 = t.n_col / 128;
+      const int split = 128 - t.n_col % 128;  // 128 or 64
+      const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
+      const float* sb_lo = p.b_scale + (expert_scales + n128) * num_kb;
+      const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * num_kb;
       float out[Mma::kAccum];
 #pragma unroll
       for (int i = 0; i < Mma::kAccum; ++i) out[i] = 0.0f;
 
       for (int kb = 0; kb < num_kb; ++kb) {
-        const float sb = __ldg(sb_ptr + kb);
+        const float sb = __ldg(sb_lo + kb);
+        const float sb2 = kBlockN > 128 ? __ldg(sb_hi + kb) : sb;
         ptx::mbar_wait(&full[stage], phase);
         const float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
         const float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
@@ -189,10 +199,16 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
           ptx::mbar_arrive_cluster(&empty[stage], lane);  // lane r releases the stage in CTA r
         }
         if (live) {
-          const float s0 = __fmul_rn(sa0, sb);
-          const float s1 = __fmul_rn(sa1, sb);
+          // Combined scales of fragment chunk i (8 columns at 8i): the first block, the second,
+          // and for chunks 8..15 whichever side of `split` they fall on.
+          const float lo0 = __fmul_rn(sa0, sb), lo1 = __fmul_rn(sa1, sb);
+          const float hi0 = __fmul_rn(sa0, sb2), hi1 = __fmul_rn(sa1, sb2);
+          const float mid0 = split == 128 ? lo0 : hi0, mid1 = split == 128 ? lo1 : hi1;
 #pragma unroll
           for (int i = 0; i < Mma::kAccum; i += 4) {
+            const int chunk = i / 4;
+            const float s0 = chunk < 8 ? lo0 : chunk < 16 ? mid0 : hi0;
+            const float s1 = chunk < 8 ? lo1 : chunk < 16 ? mid1 : hi1;
             out[i + 0] = __fmaf_rn(s0, acc[i + 0], out[i + 0]);
             out[i + 1] = __fmaf_rn(s0, acc[i + 1], out[i + 1]);
             out[i + 2] = __fmaf_rn(s1, acc[i + 2], out[i + 2]);
@@ -212,6 +228,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
 #pragma unroll
       for (int h = 0; h < kBlockN / 64; ++h) {
+        if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
         if (storer) ptx::bulk_wait_group_read<0>();  // the previous store has read the shared tile
         ptx::named_barrier(1 + warpgroup, 128);
 #pragma unroll

@@ -182,6 +182,15 @@ TEST(Sm90GroupedGemm, SeedGemm2DecodeShape) {  // N = H = 7168, K = I = 2048
   check_case({7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}});
 }
 
+// More than 512 workspace rows per expert: the live schedule takes 192-wide tiles (straddling two
+// B-scale blocks, partial last tile) while the padded one stays at 128: still bit-identical.
+TEST(Sm90GroupedGemm, PrefillTileWidthsMatchPadded) {
+  FP8MOE_REQUIRE_SM90();
+  check_case({4096, 1024, {700, 1, 650, 0}, 4});
+  check_case({7168, 512, {600, 700}, 2});
+  check_case({640, 384, {1100, 5}, 1});
+}
+
 TEST(Sm90GroupedGemm, Qwen3_30B_Shapes) {  // E=128, H=2048, I=768
   FP8MOE_REQUIRE_SM90();
   std::vector<int32_t> counts(128);

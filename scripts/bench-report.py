@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Turns fp8moe-bench JSON files into the tables of docs/benchmarks.md and, when given a sweep,
+a plot of both arms against the floor across live-token counts.
+
+    scripts/bench-report.py SUITE.json [--sweep SWEEP.json --plot docs/benchmarks-sweep.png]
+
+Prints Markdown on stdout. Needs matplotlib only for --plot.
+"""
+import argparse
+import json
+
+
+def table(run):
+    c = run["ceilings"]
+    lines = [
+        f"GPU {run['gpu']}, commit `{run['commit']}`, {run['date']}; ceilings measured in the same run: "
+        f"HBM read {c['read_TBps']:.2f} TB/s, FP8 GEMM {c['fp8_TFLOPs']:.0f} TFLOP/s.",
+        f"Command: `{run['command']}`",
+        "",
+        "| capacity/tokens | padded us (p10-p90) | live us (p10-p90) | speedup | live TFLOP/s | weights TB/s "
+        "| floor us | live/floor | bitwise |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k in run["cases"]:
+        p, l = k["padded"], k["live"]
+        ratio = f"{k['time_over_floor']:.2f}" if k.get("time_over_floor") else "-"
+        lines.append(
+            f"| {k['capacity']}/{k['tokens']} | {p['median_us']:.1f} ({p['p10_us']:.1f}-{p['p90_us']:.1f}) "
+            f"| {l['median_us']:.1f} ({l['p10_us']:.1f}-{l['p90_us']:.1f}) | {k['speedup']:.2f}x "
+            f"| {k['live_TFLOPs']:.0f} | {k['weight_TBps']:.2f} | {k['floor_us']:.1f} | {ratio} "
+            f"| {'equal' if k['bitwise_equal'] else 'DIFFER'} |")
+    lines += ["", "Per-kernel medians of the live arm (us, CUPTI):", "",
+              "| capacity/tokens | " + " | ".join(run["cases"][0]["kernels_us"].keys()) + " |",
+              "|---|" + "---|" * len(run["cases"][0]["kernels_us"])]
+    for k in run["cases"]:
+        lines.append(f"| {k['capacity']}/{k['tokens']} | " +
+                     " | ".join(f"{v:.1f}" for v in k["kernels_us"].values()) + " |")
+    return "\n".join(lines)
+
+
+def plot(run, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    caps = sorted({k["capacity"] for k in run["cases"]})
+    fig, axes = plt.subplots(1, len(caps), figsize=(6 * len(caps), 4.5), squeeze=False)
+    for ax, cap in zip(axes[0], caps):
+        ks = sorted((k for k in run["cases"] if k["capacity"] == cap), key=lambda k: k["tokens"])
+        t = [k["tokens"] for k in ks]
+        ax.plot(t, [k["padded"]["median_us"] for k in ks], "o-", label="padded")
+        ax.plot(t, [k["live"]["median_us"] for k in ks], "o-", label="live")
+        ax.plot(t, [k["floor_us"] for k in ks], "k--", label="floor (same-run ceilings)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("live tokens")
+        ax.set_ylabel("whole pipeline, us (median)")
+        ax.set_title(f"capacity {cap}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"fp8moe on {run['gpu']} ({run['commit']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("suite")
+    ap.add_argument("--sweep")
+    ap.add_argument("--plot")
+    a = ap.parse_args()
+    print(table(json.load(open(a.suite))))
+    if a.sweep:
+        sweep = json.load(open(a.sweep))
+        print("\n### Sweep\n")
+        print(table(sweep))
+        if a.plot:
+            plot(sweep, a.plot)
+
+
+if __name__ == "__main__":
+    main()
