@@ -1,12 +1,17 @@
 // Step 4 of SPEC section 2 (see act_quant.cuh).
 //
 // Persistent grid of 8-warp CTAs. A warp item is (row, chunk of 4 groups of 128 outputs); lane l
-// loads 16 gate and 16 up values (four 16-byte loads), computes a = BF16(act(g, u)) for them and
-// quantizes them with the other 7 lanes of its group (common.cuh), then stores 16 FP8 codes
-// (one 16-byte store) and its group's scale.
+// loads 16 gate and 16 up values (four 16-byte loads), computes a = BF16(act(g, u)) for them
+// (common.cuh: activate_lane_fast, an exact fast path of num::activation, with a per-lane fallback
+// to num::activation itself, activate_lane_exact, for sigmoid arguments outside its range) and
+// quantizes them with the other 7 lanes of its group (quantize_lane), then stores 16 FP8 codes (one
+// 16-byte store) and its group's scale. Kernels are specialised on the activation and the scale
+// format, so the hot loop has no format or activation branches.
+// Each warp takes a contiguous range of items in row-major order, so it walks rows (and, in kLive,
+// experts) forward: one division and one binary search per warp, not per item.
 // kLive: every CTA first turns ends[] into shared tables (warp 0, a shuffle scan 32 experts at a
 // time): start_e and before_e = live rows of experts < e. Live row i (0 <= i < before_E) belongs to
-// the last expert with before_e <= i (binary search) and sits at row start_e + i - before_e.
+// the last expert with before_e <= i and sits at row start_e + i - before_e.
 #include "kernels/act_quant.cuh"
 
 #include "kernels/common.cuh"
@@ -47,71 +52,120 @@ __device__ void live_tables(const int32_t* __restrict__ ends, int num_experts, i
   if (lane == 0) before[num_experts] = carry;
 }
 
-// Row of live row i: the last expert e with before[e] <= i (it has live rows) holds it.
-__device__ __forceinline__ int64_t live_row(int64_t i, const int32_t* before, const int32_t* start,
-                                            int num_experts) {
+// Expert of live row i (0 <= i < before[E]): the last expert e with before[e] <= i (it has live rows).
+__device__ __forceinline__ int live_expert(int64_t i, const int32_t* before, int num_experts) {
   int lo = 1, hi = num_experts;  // the first e with before[e] > i is in [1, E] since before[E] > i
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
     if (before[mid] > i) hi = mid;
     else lo = mid + 1;
   }
-  const int e = lo - 1;
-  return start[e] + (i - before[e]);
+  return lo - 1;
 }
 
-template <num::ActKind kKind>
+// A lane's 16 gate values (from `gate`) and the 16 up values I columns further, as BF16-pair words;
+// zeros for an inactive lane.
+__device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, bool active, uint32_t (&gw)[8],
+                                          uint32_t (&uw)[8]) {
+  uint4 g0 = make_uint4(0, 0, 0, 0), g1 = g0, u0 = g0, u1 = g0;
+  if (active) {
+    const uint4* g = reinterpret_cast<const uint4*>(gate);
+    const uint4* u = reinterpret_cast<const uint4*>(gate + inter);
+    g0 = __ldg(g), g1 = __ldg(g + 1), u0 = __ldg(u), u1 = __ldg(u + 1);
+  }
+  gw[0] = g0.x, gw[1] = g0.y, gw[2] = g0.z, gw[3] = g0.w, gw[4] = g1.x, gw[5] = g1.y, gw[6] = g1.z, gw[7] = g1.w;
+  uw[0] = u0.x, uw[1] = u0.y, uw[2] = u0.z, uw[3] = u0.w, uw[4] = u1.x, uw[5] = u1.y, uw[6] = u1.z, uw[7] = u1.w;
+}
+
+template <num::ActKind kKind, layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const ActQuantParams p) {
   extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E]
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
   const int64_t inter = p.intermediate;
-  const int64_t groups = layout::groups_of(inter);
-  const int64_t chunks = layout::ceil_div(groups, detail::kGroupsPerChunk);
+  const int groups = static_cast<int>(layout::groups_of(inter));
+  const int chunks = static_cast<int>(layout::ceil_div(groups, detail::kGroupsPerChunk));
   const int64_t m_cap = p.m_cap;
   const int64_t m_pad = layout::m_pad(m_cap);
-  const bool pow2 = layout::is_pow2_format(p.scale_format);
-  const bool packed = p.scale_format == layout::ScaleFormat::kUe8m0Packed;
+  constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
+  constexpr bool kPacked = kFmt == layout::ScaleFormat::kUe8m0Packed;
   const bool live = p.schedule == RowSchedule::kLive;
+  const int num_experts = p.num_experts;
   num::ActParams act = p.act;
   act.kind = kKind;  // lets the compiler drop the other activation
   const uint16_t* __restrict__ y1 = static_cast<const uint16_t*>(p.y1);
 
   int32_t* before = smem;
-  int32_t* start = smem + p.num_experts + 1;
+  int32_t* start = smem + num_experts + 1;
   int64_t rows = m_cap;
   if (live) {
-    if (threadIdx.x < kWarp) live_tables(p.ends, p.num_experts, lane, before, start);
+    if (threadIdx.x < kWarp) live_tables(p.ends, num_experts, lane, before, start);
     __syncthreads();
-    rows = before[p.num_experts];
+    rows = before[num_experts];
   }
 
+  // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
   const int64_t items = rows * chunks;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp; item < items;
-       item += static_cast<int64_t>(gridDim.x) * warps_per_block) {
-    const int64_t i = item / chunks;
-    const int64_t chunk = item % chunks;
-    const int64_t row = live ? live_row(i, before, start, p.num_experts) : i;
-    if (row < 0 || row >= m_cap) continue;  // only with an inconsistent ends[]; warp-uniform
-    const detail::LaneSlice slice = detail::lane_slice(chunk, groups, lane);
-    float a[detail::kValuesPerLane] = {};
-    if (slice.active) {
-      const uint4* gate = reinterpret_cast<const uint4*>(y1 + row * 2 * inter + slice.col);
-      const uint4* up = reinterpret_cast<const uint4*>(y1 + row * 2 * inter + inter + slice.col);
-      const uint4 g0 = __ldg(gate), g1 = __ldg(gate + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
-      float g[detail::kValuesPerLane], u[detail::kValuesPerLane];
-      detail::unpack_bf16x8(g0, g);
-      detail::unpack_bf16x8(g1, g + 8);
-      detail::unpack_bf16x8(u0, u);
-      detail::unpack_bf16x8(u1, u + 8);
-#pragma unroll
-      for (int v = 0; v < detail::kValuesPerLane; ++v) a[v] = num::round_to_bf16(num::activation(g[v], u[v], act));
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int64_t per_warp = layout::ceil_div(items, warps);
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp) * per_warp;
+  int64_t count = items - first < per_warp ? items - first : per_warp;
+  if (count <= 0) return;
+  int64_t i = first / chunks;
+  int chunk = static_cast<int>(first - i * chunks);
+  int e = 0;  // kLive: the expert of live row i
+  if (live) e = live_expert(i, before, num_experts);
+
+  // Per-row state, set when the row changes: the lane's first gate value, its first output byte,
+  // its scale (fp32: group lane / 8 of chunk 0; packed: word 0), all of chunk 0; chunk c adds
+  // c * 512 values / c * scale_stride scales.
+  const int lane_col = lane * detail::kValuesPerLane;  // chunk * 512 + lane_col = the lane's column
+  const int64_t scale_stride = kPacked ? m_pad : detail::kGroupsPerChunk * m_pad;
+  bool row_ok = false;
+  const uint16_t* gate_row = nullptr;
+  uint8_t* out_row = nullptr;
+  void* scale_row = nullptr;
+  auto set_row = [&]() {
+    const int64_t row = live ? start[e] + (i - before[e]) : i;
+    row_ok = row >= 0 && row < m_cap;  // false only with an inconsistent ends[]; warp-uniform
+    gate_row = y1 + row * 2 * inter + lane_col;
+    out_row = p.a2 + row * inter + lane_col;
+    if constexpr (kPacked)
+      scale_row = static_cast<uint32_t*>(p.a2_scale) + layout::ue8m0_word_index(row, 0, m_pad);
+    else
+      scale_row = static_cast<float*>(p.a2_scale) + layout::fp32_scale_index(row, lane / detail::kLanesPerGroup, m_pad);
+  };
+  set_row();
+
+  for (; count > 0; --count) {
+    if (row_ok) {
+      const int col0 = chunk * layout::kGroup * detail::kGroupsPerChunk;  // column of lane 0
+      const bool active = chunk * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup < groups;
+      const uint16_t* gate = gate_row + col0;
+      uint32_t gw[8], uw[8], aw[8];
+      load_lane(gate, inter, active, gw, uw);
+      if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
+        load_lane(gate, inter, active, gw, uw);
+        detail::activate_lane_exact(gw, uw, act, aw);
+      }
+      uint4 codes;
+      const float scale = detail::quantize_lane<kPow2>(aw, codes);
+      if (active) *reinterpret_cast<uint4*>(out_row + col0) = codes;
+      if constexpr (kPacked) {
+        const uint32_t word = detail::ue8m0_chunk_word(scale, active);
+        if (lane == 0) static_cast<uint32_t*>(scale_row)[chunk * scale_stride] = word;
+      } else {
+        if (active && lane % detail::kLanesPerGroup == 0) static_cast<float*>(scale_row)[chunk * scale_stride] = scale;
+      }
     }
-    uint4 codes;
-    const float scale = detail::quantize_lane(a, pow2, codes);
-    const uint32_t word = packed ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
-    detail::store_chunk(p.a2 + row * inter, p.a2_scale, p.scale_format, m_pad, row, chunk, slice, lane, codes,
-                        scale, word);
+    if (++chunk == chunks) {  // next row
+      chunk = 0;
+      ++i;
+      if (live) {
+        while (e + 1 < num_experts && i >= before[e + 1]) ++e;
+      }
+      set_row();
+    }
   }
 }
 
@@ -125,14 +179,27 @@ cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   int blocks = 0;
   const int64_t needed = layout::ceil_div(max_rows * chunks, kThreads / kWarp);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  act_quant_kernel<kKind><<<blocks, kThreads, smem, stream>>>(p);
+  switch (p.scale_format) {
+    case layout::ScaleFormat::kFp32:
+      act_quant_kernel<kKind, layout::ScaleFormat::kFp32><<<blocks, kThreads, smem, stream>>>(p);
+      break;
+    case layout::ScaleFormat::kFp32Pow2:
+      act_quant_kernel<kKind, layout::ScaleFormat::kFp32Pow2><<<blocks, kThreads, smem, stream>>>(p);
+      break;
+    case layout::ScaleFormat::kUe8m0Packed:
+      act_quant_kernel<kKind, layout::ScaleFormat::kUe8m0Packed><<<blocks, kThreads, smem, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_act_quant(const ActQuantParams& p, cudaStream_t stream) {
-  if (p.m_cap < 0 || p.m_cap >= (int64_t{1} << 31) || p.intermediate <= 0 || p.intermediate % layout::kGroup != 0)
+  if (p.m_cap < 0 || p.m_cap >= (int64_t{1} << 31) || p.intermediate <= 0 || p.intermediate % layout::kGroup != 0 ||
+      p.intermediate >= (int64_t{1} << 30))  // column offsets are int32 inside the kernel
     return cudaErrorInvalidValue;
   if (p.schedule != RowSchedule::kLive && p.schedule != RowSchedule::kPadded) return cudaErrorInvalidValue;
   if (p.schedule == RowSchedule::kLive &&

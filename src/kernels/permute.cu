@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_ke
   }
 }
 
+template <layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     quantize_permuted_kernel(const PermuteParams p) {
   const int lane = threadIdx.x % kWarp;
@@ -203,8 +204,8 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
   const int64_t chunks = layout::ceil_div(groups, detail::kGroupsPerChunk);
   const int64_t m_cap = layout::m_cap(p.capacity, p.top_k, p.num_experts);
   const int64_t m_pad = layout::m_pad(m_cap);
-  const bool pow2 = layout::is_pow2_format(p.scale_format);
-  const bool packed = p.scale_format == layout::ScaleFormat::kUe8m0Packed;
+  constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
+  constexpr bool kPacked = kFmt == layout::ScaleFormat::kUe8m0Packed;
   const int top_k = p.top_k;
   const uint16_t* __restrict__ in = static_cast<const uint16_t*>(p.hidden);
   const int64_t items = detail::live_tokens(p.num_tokens, p.tokens) * chunks;
@@ -213,17 +214,16 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
        item += static_cast<int64_t>(gridDim.x) * warps_per_block) {
     const int64_t t = item / chunks;
     const int64_t chunk = item % chunks;
-    const detail::LaneSlice slice = detail::lane_slice(chunk, groups, lane);
-    float x[detail::kValuesPerLane] = {};
+    const detail::LaneSlice slice = detail::lane_slice(static_cast<int>(chunk), static_cast<int>(groups), lane);
+    uint32_t x[8] = {};  // 16 BF16 values, two per word
     if (slice.active) {
       const uint4* src = reinterpret_cast<const uint4*>(in + t * hidden + slice.col);
       const uint4 v0 = __ldg(src), v1 = __ldg(src + 1);
-      detail::unpack_bf16x8(v0, x);
-      detail::unpack_bf16x8(v1, x + 8);
+      x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w, x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
     }
     uint4 codes;
-    const float scale = detail::quantize_lane(x, pow2, codes);
-    const uint32_t word = packed ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
+    const float scale = detail::quantize_lane<kPow2>(x, codes);
+    const uint32_t word = kPacked ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
     // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn.
     for (int j0 = 0; j0 < top_k; j0 += kWarp) {
       const int slots = min(kWarp, top_k - j0);
@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
       for (int j = 0; j < slots; ++j) {
         const int64_t row = __shfl_sync(kFullMask, lane_row, j);
         if (row < 0 || row >= m_cap) continue;
-        detail::store_chunk(p.a1 + row * hidden, p.a1_scale, p.scale_format, m_pad, row, chunk, slice, lane,
-                            codes, scale, word);
+        detail::store_chunk(p.a1 + row * hidden, p.a1_scale, kFmt, m_pad, row, chunk, slice, lane, codes, scale,
+                            word);
       }
     }
   }
@@ -268,6 +268,7 @@ cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream)
 cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream) {
   if (!valid_shapes(p)) return cudaErrorInvalidValue;
   if (p.hidden_size <= 0 || p.hidden_size % layout::kGroup != 0) return cudaErrorInvalidValue;
+  if (p.hidden_size >= (int64_t{1} << 30)) return cudaErrorInvalidValue;  // column offsets are int32 in the kernel
   if (p.tokens == 0) return cudaSuccess;  // nothing to read or write
   if (p.hidden == nullptr || p.row_of == nullptr || p.a1 == nullptr || p.a1_scale == nullptr)
     return cudaErrorInvalidValue;
@@ -276,7 +277,19 @@ cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream
   int blocks = 0;
   FP8MOE_KERNEL_TRY(
       detail::persistent_blocks(kQuantizeBlocksPerSm, layout::ceil_div(p.tokens * chunks, warps_per_block), &blocks));
-  quantize_permuted_kernel<<<blocks, kQuantizeThreads, 0, stream>>>(p);
+  switch (p.scale_format) {
+    case layout::ScaleFormat::kFp32:
+      quantize_permuted_kernel<layout::ScaleFormat::kFp32><<<blocks, kQuantizeThreads, 0, stream>>>(p);
+      break;
+    case layout::ScaleFormat::kFp32Pow2:
+      quantize_permuted_kernel<layout::ScaleFormat::kFp32Pow2><<<blocks, kQuantizeThreads, 0, stream>>>(p);
+      break;
+    case layout::ScaleFormat::kUe8m0Packed:
+      quantize_permuted_kernel<layout::ScaleFormat::kUe8m0Packed><<<blocks, kQuantizeThreads, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

@@ -3,6 +3,11 @@
 // <cuda_bf16.h>. This is what lets the kernels match the CPU reference bit for bit.
 // Inputs: every code or BF16 pattern where the space is small, every rounding tie between adjacent
 // E4M3 values with its two float neighbours, and fresh random floats on every run.
+// Exhaustive sweeps (all 2^32 floats, or every (amax, x) pair the quantizer can see) hold the
+// device's fast paths to the software definitions: the hardware E4M3 encoder (num::e4m3_from_float
+// on the device) and its packed form, the hardware BF16 rounding of act_quant, and the kernels'
+// exact shortcuts in src/kernels/common.cuh (sigmoid_fast, rcp_rn_fast, group_scale_bf16,
+// GroupDivider).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -18,11 +23,13 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "kernels/common.cuh"
 #include "numerics/numerics.cuh"
 
 namespace {
 
 namespace num = fp8moe::num;
+namespace kd = fp8moe::kernels::detail;
 using fp8moe::test::DeviceBuffer;
 
 constexpr int kBlocks = 1024;
@@ -64,6 +71,142 @@ __global__ void math_kernel(const float* x, const float* g, const float* u, size
     silu_out[i] = num::bits_of(num::activation(g[i], u[i], silu));
     swiglu_out[i] = num::bits_of(num::activation(g[i], u[i], swiglu));
   }
+}
+
+// ---- exhaustive sweeps: a mismatch counter and the first few offending inputs ----------------------
+
+struct Misses {
+  unsigned long long count;
+  unsigned long long checked;
+  uint32_t input[8];   // first mismatching inputs (bit patterns; meaning depends on the sweep)
+  uint32_t got[8], want[8];
+};
+__device__ void record_miss(Misses* m, uint32_t input, uint32_t got, uint32_t want) {
+  const unsigned long long k = atomicAdd(&m->count, 1ull);
+  if (k < 8) {
+    m->input[k] = input;
+    m->got[k] = got;
+    m->want[k] = want;
+  }
+}
+constexpr int kSweepBlocks = 4096;
+constexpr int kSweepThreads = 256;
+
+// Every float bit pattern: the device encoder (hardware) against the software definition, scalar
+// and packed (four different inputs per word, so that a NaN fix-up can't leak into a neighbour).
+__global__ void e4m3_sweep_kernel(Misses* scalar, Misses* packed) {
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    const float x = num::float_of(u);
+    const uint32_t want = num::e4m3_from_float_soft(x);
+    const uint32_t got = num::e4m3_from_float(x);
+    if (got != want) record_miss(scalar, u, got, want);
+    const float x1 = num::float_of(u ^ 0x80000000u), x2 = num::float_of(u * 0x9E3779B9u), x3 = num::float_of(~u);
+    const uint32_t want4 = want | (uint32_t{num::e4m3_from_float_soft(x1)} << 8) |
+                           (uint32_t{num::e4m3_from_float_soft(x2)} << 16) |
+                           (uint32_t{num::e4m3_from_float_soft(x3)} << 24);
+    const uint32_t got4 = num::e4m3x4_from_float(x, x1, x2, x3);
+    if (got4 != want4) record_miss(packed, u, got4, want4);
+    ++checked;
+  }
+  atomicAdd(&scalar->checked, checked);
+  atomicAdd(&packed->checked, checked);
+}
+
+// Every float bit pattern: act_quant's hardware BF16 rounding (two values per instruction) against
+// num::bf16_bits_from_float; a NaN must give a NaN (its bits are never observed there).
+__global__ void bf16_sweep_kernel(Misses* m) {
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    const float lo = num::float_of(u), hi = num::float_of(u * 0x9E3779B9u);
+    const uint32_t got = kd::bf16x2_rn_any_nan(lo, hi);
+    uint32_t want = num::bf16_bits_from_float(lo) | (uint32_t{num::bf16_bits_from_float(hi)} << 16);
+    uint32_t got_cmp = got;
+    // NaN inputs: any NaN will do; compare "is a NaN" instead of the bits
+    if (num::is_nan(lo)) {
+      got_cmp = (got_cmp & 0xFFFF0000u) | ((got & 0x7FFFu) > 0x7F80u ? 1u : 0u);
+      want = (want & 0xFFFF0000u) | 1u;
+    }
+    if (num::is_nan(hi)) {
+      got_cmp = (got_cmp & 0xFFFFu) | ((((got >> 16) & 0x7FFFu) > 0x7F80u ? 1u : 0u) << 16);
+      want = (want & 0xFFFFu) | (1u << 16);
+    }
+    if (got_cmp != want) record_miss(m, u, got, want);
+    ++checked;
+  }
+  atomicAdd(&m->checked, checked);
+}
+
+// Every float x: sigmoid_fast(x) against num::sigmoid_f(x) wherever the kernel takes the fast path
+// (|n| <= 125), and a NaN for a NaN x; silu's |g| <= 86 test implies |n| <= 125; rcp_rn_fast(d)
+// against __frcp_rn(d) for every d with exponent field 1..252.
+__global__ void sigmoid_sweep_kernel(Misses* sig, Misses* range, Misses* rcp, unsigned long long* fast_count) {
+  unsigned long long checked = 0, fast = 0, rcps = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t u = static_cast<uint32_t>(i);
+    const float x = num::float_of(u);
+    float n;
+    const float s = kd::sigmoid_fast(x, n);
+    if (num::is_nan(x)) {
+      if (!num::is_nan(s)) record_miss(sig, u, num::bits_of(s), 0x7FC00000u);
+    } else if (num::abs_f(n) <= kd::kSigmoidFastMaxN) {
+      ++fast;
+      const float want = num::sigmoid_f(x);
+      if (num::bits_of(s) != num::bits_of(want)) record_miss(sig, u, num::bits_of(s), num::bits_of(want));
+    } else if (num::abs_f(x) <= kd::kSiluFastMaxAbsGate) {
+      record_miss(range, u, num::bits_of(n), 0u);
+    }
+    const uint32_t exp_field = (u >> 23) & 0xFFu;
+    if (exp_field >= 1u && exp_field <= 252u) {
+      ++rcps;
+      const float got = kd::rcp_rn_fast(x), want = __frcp_rn(x);
+      if (num::bits_of(got) != num::bits_of(want)) record_miss(rcp, u, num::bits_of(got), num::bits_of(want));
+    }
+    ++checked;
+  }
+  atomicAdd(&sig->checked, checked);
+  atomicAdd(&range->checked, checked);
+  atomicAdd(&rcp->checked, rcps);
+  atomicAdd(fast_count, fast);
+}
+
+// Every (amax, x) the quantizer sees: amax any BF16 value >= 0 (finite or +inf; block b handles
+// amax bits b), x any BF16 value with |x| <= amax, both signs, and NaNs; both scale formats. The
+// E4M3 code through group_scale_bf16 + GroupDivider + the hardware encoder against the definition,
+// num::e4m3_from_float_soft(num::div_rn(x, num::group_scale(amax, pow2))); and the scale itself.
+__global__ void quantizer_sweep_kernel(Misses* codes, Misses* scales) {
+  const uint32_t amax_bits = blockIdx.x;  // 0 .. 0x7F80
+  const float amax = num::float_from_bf16_bits(static_cast<uint16_t>(amax_bits));
+  unsigned long long checked = 0;
+#pragma unroll 1
+  for (int pow2 = 0; pow2 < 2; ++pow2) {
+    const float s = num::group_scale(amax, pow2 != 0);
+    if (threadIdx.x == 0) {
+      const float got = kd::group_scale_bf16(amax, pow2 != 0);
+      if (num::bits_of(got) != num::bits_of(s)) record_miss(scales, amax_bits | (pow2 << 16), num::bits_of(got), num::bits_of(s));
+      atomicAdd(&scales->checked, 1ull);
+    }
+    const kd::GroupDivider<true> div_pow2(s);
+    const kd::GroupDivider<false> div_fp32(s);
+    // x: magnitudes 0..amax_bits, both signs; then two NaNs
+    for (uint32_t k = threadIdx.x; k < 2 * (amax_bits + 1) + 2; k += blockDim.x) {
+      uint32_t xb;
+      if (k < 2 * (amax_bits + 1)) xb = (k >> 1) | ((k & 1u) << 15);
+      else xb = k == 2 * (amax_bits + 1) ? 0x7FC1u : 0xFF81u;
+      const float x = num::float_from_bf16_bits(static_cast<uint16_t>(xb));
+      const uint32_t want = num::e4m3_from_float_soft(num::div_rn(x, s));
+      const float q = pow2 ? div_pow2(x) : div_fp32(x);
+      const uint32_t got = num::e4m3_from_float(q);
+      if (got != want) record_miss(codes, xb | (amax_bits << 16), got | (pow2 << 8), want);
+      ++checked;
+    }
+  }
+  atomicAdd(&codes->checked, checked);
 }
 
 // ---- host side --------------------------------------------------------------------------------------
@@ -253,6 +396,89 @@ TEST(Conversions, ExpAndActivationsMatchHost) {
   expect_bits_equal("exp_f, device vs host", exp_out.download(), host_exp, x_of);
   expect_bits_equal("silu(g) * u, device vs host", silu_out.download(), host_silu, gu_of);
   expect_bits_equal("swiglu_oai, device vs host", swiglu_out.download(), host_swiglu, gu_of);
+}
+
+// ---- exhaustive sweeps ---------------------------------------------------------------------------
+
+struct SweepResult {
+  Misses m;
+  void print(const char* what) const {
+    std::printf("[ swept    ] %-52s %llu checked, %llu differ\n", what, m.checked, m.count);
+    for (unsigned long long k = 0; k < m.count && k < 8; ++k)
+      ADD_FAILURE() << what << ": input 0x" << std::hex << m.input[k] << ": got 0x" << m.got[k] << ", want 0x"
+                    << m.want[k];
+  }
+};
+std::vector<SweepResult> download_misses(const DeviceBuffer<Misses>& d) {
+  std::vector<Misses> v = d.download();
+  std::vector<SweepResult> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i].m = v[i];
+  return r;
+}
+
+TEST(Conversions, E4m3HardwareMatchesSoftwareOnEveryFloat) {
+  FP8MOE_REQUIRE_GPU();
+  DeviceBuffer<Misses> misses(2);
+  CUDA_OK(cudaMemset(misses.ptr, 0, misses.bytes()));
+  e4m3_sweep_kernel<<<kSweepBlocks, kSweepThreads>>>(misses.ptr, misses.ptr + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto r = download_misses(misses);
+  r[0].print("e4m3_from_float (device) vs _soft, all 2^32");
+  r[1].print("e4m3x4_from_float (device) vs _soft, all 2^32");
+  EXPECT_EQ(r[0].m.checked, uint64_t{1} << 32);
+  EXPECT_EQ(r[0].m.count, 0u);
+  EXPECT_EQ(r[1].m.count, 0u);
+}
+
+TEST(Conversions, Bf16x2HardwareMatchesSoftwareOnEveryFloat) {
+  FP8MOE_REQUIRE_GPU();
+  DeviceBuffer<Misses> misses(1);
+  CUDA_OK(cudaMemset(misses.ptr, 0, misses.bytes()));
+  bf16_sweep_kernel<<<kSweepBlocks, kSweepThreads>>>(misses.ptr);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto r = download_misses(misses);
+  r[0].print("bf16x2_rn_any_nan vs bf16_bits_from_float, all 2^32");
+  EXPECT_EQ(r[0].m.checked, uint64_t{1} << 32);
+  EXPECT_EQ(r[0].m.count, 0u);
+}
+
+TEST(Conversions, SigmoidFastPathMatchesOnEveryFloat) {
+  FP8MOE_REQUIRE_GPU();
+  DeviceBuffer<Misses> misses(3);
+  DeviceBuffer<unsigned long long> fast(1);
+  CUDA_OK(cudaMemset(misses.ptr, 0, misses.bytes()));
+  CUDA_OK(cudaMemset(fast.ptr, 0, fast.bytes()));
+  sigmoid_sweep_kernel<<<kSweepBlocks, kSweepThreads>>>(misses.ptr, misses.ptr + 1, misses.ptr + 2, fast.ptr);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto r = download_misses(misses);
+  const unsigned long long fast_inputs = fast.download()[0];
+  r[0].print("sigmoid_fast vs num::sigmoid_f, all 2^32");
+  r[1].print("|x| <= 86 implies |n| <= 125, all 2^32");
+  r[2].print("rcp_rn_fast vs __frcp_rn, exponent field 1..252");
+  std::printf("[ swept    ] %llu inputs on the fast path\n", fast_inputs);
+  EXPECT_EQ(r[0].m.count, 0u);
+  EXPECT_EQ(r[1].m.count, 0u);
+  EXPECT_EQ(r[2].m.count, 0u);
+  EXPECT_GT(fast_inputs, uint64_t{1} << 31);  // every |x| < 87 or so: more than half the floats
+}
+
+TEST(Conversions, GroupQuantizerMatchesDivisionOnEveryBf16Pair) {
+  FP8MOE_REQUIRE_GPU();
+  DeviceBuffer<Misses> misses(2);
+  CUDA_OK(cudaMemset(misses.ptr, 0, misses.bytes()));
+  quantizer_sweep_kernel<<<0x7F81, kSweepThreads>>>(misses.ptr, misses.ptr + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto r = download_misses(misses);
+  r[0].print("E4M3 codes of x / group_scale(amax), all BF16 pairs");
+  r[1].print("group_scale_bf16 vs num::group_scale, all BF16 amax");
+  EXPECT_EQ(r[0].m.checked, 2 * (uint64_t{0x7F81} * 0x7F82 + 2 * uint64_t{0x7F81}));
+  EXPECT_EQ(r[1].m.checked, 2 * uint64_t{0x7F81});
+  EXPECT_EQ(r[0].m.count, 0u);
+  EXPECT_EQ(r[1].m.count, 0u);
 }
 
 }  // namespace
