@@ -37,6 +37,18 @@ constexpr ScaleFormat kAllFormats[] = {ScaleFormat::kFp32, ScaleFormat::kFp32Pow
 // large positive value elsewhere.
 constexpr uint8_t kPoisons[] = {0xFF, 0x7F};
 
+// Shape of a permutation / unpermute test (the intermediate size does not matter there).
+inline ref::Shape make_shape(int64_t tokens, int64_t capacity, int64_t hidden, int num_experts, int top_k) {
+  ref::Shape s;
+  s.tokens = tokens;
+  s.capacity = capacity;
+  s.hidden = hidden;
+  s.intermediate = 128;
+  s.num_experts = num_experts;
+  s.top_k = top_k;
+  return s;
+}
+
 inline int32_t poison_word(uint8_t byte) { return static_cast<int32_t>(0x01010101u * byte); }
 inline uint16_t poison_half(uint8_t byte) { return static_cast<uint16_t>(0x0101u * byte); }
 

@@ -19,17 +19,6 @@ using fp8moe::layout::ScaleFormat;
 namespace ref = fp8moe::ref;
 namespace kernels = fp8moe::kernels;
 
-ref::Shape make_shape(int64_t tokens, int64_t capacity, int64_t hidden, int num_experts, int top_k) {
-  ref::Shape s;
-  s.tokens = tokens;
-  s.capacity = capacity;
-  s.hidden = hidden;
-  s.intermediate = 128;  // unused here
-  s.num_experts = num_experts;
-  s.top_k = top_k;
-  return s;
-}
-
 // Device outputs of one permutation, sized for shape s.
 struct PermuteBuffers {
   DeviceBuffer<int32_t> counts, ends, error, row_of, row_expert, a1_scale;

@@ -16,17 +16,6 @@ using namespace fp8moe::test;
 namespace ref = fp8moe::ref;
 namespace kernels = fp8moe::kernels;
 
-ref::Shape make_shape(int64_t tokens, int64_t capacity, int64_t hidden, int num_experts, int top_k) {
-  ref::Shape s;
-  s.tokens = tokens;
-  s.capacity = capacity;
-  s.hidden = hidden;
-  s.intermediate = 128;  // unused here
-  s.num_experts = num_experts;
-  s.top_k = top_k;
-  return s;
-}
-
 // stale_dead_slots: row_of of tokens past *num_tokens points at live rows (as a stale table
 // would); the kernel must still write zeros there because it reads *num_tokens itself.
 void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale_dead_slots = false) {
