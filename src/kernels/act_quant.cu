@@ -7,13 +7,8 @@
 // quantizes them with the other 7 lanes of its group (quantize_lane), then stores 16 FP8 codes (one
 // 16-byte store) and its group's scale. Kernels are specialised on the activation and the scale
 // format, so the hot loop has no format or activation branches.
-// Each warp takes a contiguous range of items in row-major order (ranges differ by at most one
-// item, so no warp is a tail), so it walks rows (and, in kLive, experts) forward: one division and
-// one binary search per warp, not per item.
-// Memory-level parallelism: the loads of item n + 1 are issued before item n is computed, so a
-// warp always has its next 2 KB in flight while it computes (24 warps: ~48 KB per SM, what ~1 us of
-// loaded HBM latency at ~30 GB/s per SM needs); the item's compute (~570 instructions per warp) is
-// of the same order as its memory time, so the two must overlap.
+// Each warp takes a contiguous range of items in row-major order, so it walks rows (and, in kLive,
+// experts) forward: one division and one binary search per warp, not per item.
 // kLive: every CTA first turns ends[] into shared tables (warp 0, a shuffle scan 32 experts at a
 // time): start_e and before_e = live rows of experts < e. Live row i (0 <= i < before_E) belongs to
 // the last expert with before_e <= i and sits at row start_e + i - before_e.
@@ -28,10 +23,7 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kThreads = 256;
-// 24 warps per SM: <= 80 registers. At 32 warps (64 registers) ptxas had to split a lane's four
-// loads into 1 + 3 around the first compute (two memory latencies per item) and there is no room
-// for the next item's 16 registers.
-constexpr int kBlocksPerSm = 3;
+constexpr int kBlocksPerSm = 4;  // 32 warps per SM: <= 64 registers
 constexpr int kMaxLiveExperts = 6000;  // (2E + 1) int32 tables in 48 KB of shared memory
 
 // Fills before[0..E] and start[0..E) from ends[] (warp 0 only; the caller synchronizes).
@@ -71,59 +63,18 @@ __device__ __forceinline__ int live_expert(int64_t i, const int32_t* before, int
   return lo - 1;
 }
 
-// A lane's raw input of one item: 16 gate values and the 16 up values I columns further, as two
-// 16-byte words each.
-struct LaneInput {
-  uint4 g0, g1, u0, u1;
-};
-
-// Issues the lane's four 16-byte loads of an item (`gate` = its first gate value); zeros, and no
-// load, for a lane that is not `active`.
-__device__ __forceinline__ LaneInput load_input(const uint16_t* gate, int64_t inter, bool active) {
-  LaneInput in;
-  in.g0 = in.g1 = in.u0 = in.u1 = make_uint4(0, 0, 0, 0);
+// A lane's 16 gate values (from `gate`) and the 16 up values I columns further, as BF16-pair words;
+// zeros for an inactive lane.
+__device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, bool active, uint32_t (&gw)[8],
+                                          uint32_t (&uw)[8]) {
+  uint4 g0 = make_uint4(0, 0, 0, 0), g1 = g0, u0 = g0, u1 = g0;
   if (active) {
-    in.g0 = detail::load_once_16(gate);
-    in.g1 = detail::load_once_16(gate + 8);
-    in.u0 = detail::load_once_16(gate + inter);
-    in.u1 = detail::load_once_16(gate + inter + 8);
+    const uint4* g = reinterpret_cast<const uint4*>(gate);
+    const uint4* u = reinterpret_cast<const uint4*>(gate + inter);
+    g0 = __ldg(g), g1 = __ldg(g + 1), u0 = __ldg(u), u1 = __ldg(u + 1);
   }
-  return in;
-}
-
-// The same values as BF16-pair words (lowest column in the low half of word 0).
-__device__ __forceinline__ void unpack_input(const LaneInput& in, uint32_t (&gw)[8], uint32_t (&uw)[8]) {
-  gw[0] = in.g0.x, gw[1] = in.g0.y, gw[2] = in.g0.z, gw[3] = in.g0.w;
-  gw[4] = in.g1.x, gw[5] = in.g1.y, gw[6] = in.g1.z, gw[7] = in.g1.w;
-  uw[0] = in.u0.x, uw[1] = in.u0.y, uw[2] = in.u0.z, uw[3] = in.u0.w;
-  uw[4] = in.u1.x, uw[5] = in.u1.y, uw[6] = in.u1.z, uw[7] = in.u1.w;
-}
-
-// A warp's position in its item range: chunk `chunk` of row index i (kLive: the i-th live row,
-// counted over all experts in order, which belongs to expert e), and the Y1 / A2 row it maps to.
-struct ItemCursor {
-  int64_t i;
-  int chunk;
-  int e;
-  int64_t row;
-};
-
-// Row of the cursor's row index (kLive: start_e + i - before_e).
-__device__ __forceinline__ int64_t cursor_row(const ItemCursor& c, bool live, const int32_t* before,
-                                              const int32_t* start) {
-  return live ? start[c.e] + (c.i - before[c.e]) : c.i;
-}
-
-// Moves the cursor to the next item (the caller knows there is one).
-__device__ __forceinline__ void advance(ItemCursor& c, int chunks, bool live, const int32_t* before,
-                                        const int32_t* start, int num_experts) {
-  if (++c.chunk < chunks) return;
-  c.chunk = 0;
-  ++c.i;
-  if (live) {
-    while (c.e + 1 < num_experts && c.i >= before[c.e + 1]) ++c.e;
-  }
-  c.row = cursor_row(c, live, before, start);
+  gw[0] = g0.x, gw[1] = g0.y, gw[2] = g0.z, gw[3] = g0.w, gw[4] = g1.x, gw[5] = g1.y, gw[6] = g1.z, gw[7] = g1.w;
+  uw[0] = u0.x, uw[1] = u0.y, uw[2] = u0.z, uw[3] = u0.w, uw[4] = u1.x, uw[5] = u1.y, uw[6] = u1.z, uw[7] = u1.w;
 }
 
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
@@ -154,58 +105,66 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   }
 
   // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
-  int64_t first = 0, count = 0;
-  detail::balanced_range(rows * chunks, static_cast<int64_t>(gridDim.x) * warps_per_block,
-                         static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp, &first, &count);
+  const int64_t items = rows * chunks;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int64_t per_warp = layout::ceil_div(items, warps);
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp) * per_warp;
+  int64_t count = items - first < per_warp ? items - first : per_warp;
   if (count <= 0) return;
-  ItemCursor cur;
-  cur.i = first / chunks;
-  cur.chunk = static_cast<int>(first - cur.i * chunks);
-  cur.e = live ? live_expert(cur.i, before, num_experts) : 0;
-  cur.row = cursor_row(cur, live, before, start);
+  int64_t i = first / chunks;
+  int chunk = static_cast<int>(first - i * chunks);
+  int e = 0;  // kLive: the expert of live row i
+  if (live) e = live_expert(i, before, num_experts);
 
-  // Chunk c of a row covers columns [512 c, 512 c + 512); the lane's 16 are at 512 c + lane_col,
-  // in group 4 c + lane / 8 (past the row's end, for the last chunk of a row of groups % 4 != 0,
-  // the lane is inactive: no load, no store).
-  const int lane_col = lane * detail::kValuesPerLane;
-  const int lane_group = lane / detail::kLanesPerGroup;
-  auto row_ok = [&](const ItemCursor& c) { return c.row >= 0 && c.row < m_cap; };  // warp-uniform
-  auto lane_active = [&](const ItemCursor& c) { return c.chunk * detail::kGroupsPerChunk + lane_group < groups; };
-  auto gate_ptr = [&](const ItemCursor& c) {
-    return y1 + c.row * 2 * inter + c.chunk * layout::kGroup * detail::kGroupsPerChunk + lane_col;
+  // Per-row state, set when the row changes: the lane's first gate value, its first output byte,
+  // its scale (fp32: group lane / 8 of chunk 0; packed: word 0), all of chunk 0; chunk c adds
+  // c * 512 values / c * scale_stride scales.
+  const int lane_col = lane * detail::kValuesPerLane;  // chunk * 512 + lane_col = the lane's column
+  const int64_t scale_stride = kPacked ? m_pad : detail::kGroupsPerChunk * m_pad;
+  bool row_ok = false;
+  const uint16_t* gate_row = nullptr;
+  uint8_t* out_row = nullptr;
+  void* scale_row = nullptr;
+  auto set_row = [&]() {
+    const int64_t row = live ? start[e] + (i - before[e]) : i;
+    row_ok = row >= 0 && row < m_cap;  // false only with an inconsistent ends[]; warp-uniform
+    gate_row = y1 + row * 2 * inter + lane_col;
+    out_row = p.a2 + row * inter + lane_col;
+    if constexpr (kPacked)
+      scale_row = static_cast<uint32_t*>(p.a2_scale) + layout::ue8m0_word_index(row, 0, m_pad);
+    else
+      scale_row = static_cast<float*>(p.a2_scale) + layout::fp32_scale_index(row, lane / detail::kLanesPerGroup, m_pad);
   };
+  set_row();
 
-  // Software pipeline: `next` holds the loads of the item after `cur`, issued before `cur` is computed.
-  LaneInput next = load_input(gate_ptr(cur), inter, row_ok(cur) && lane_active(cur));
   for (; count > 0; --count) {
-    const ItemCursor item = cur;
-    const LaneInput in = next;
-    if (count > 1) {
-      advance(cur, chunks, live, before, start, num_experts);
-      next = load_input(gate_ptr(cur), inter, row_ok(cur) && lane_active(cur));
+    if (row_ok) {
+      const int col0 = chunk * layout::kGroup * detail::kGroupsPerChunk;  // column of lane 0
+      const bool active = chunk * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup < groups;
+      const uint16_t* gate = gate_row + col0;
+      uint32_t gw[8], uw[8], aw[8];
+      load_lane(gate, inter, active, gw, uw);
+      if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
+        load_lane(gate, inter, active, gw, uw);
+        detail::activate_lane_exact(gw, uw, act, aw);
+      }
+      uint4 codes;
+      const float scale = detail::quantize_lane<kPow2>(aw, codes);
+      if (active) *reinterpret_cast<uint4*>(out_row + col0) = codes;
+      if constexpr (kPacked) {
+        const uint32_t word = detail::ue8m0_chunk_word(scale, active);
+        if (lane == 0) static_cast<uint32_t*>(scale_row)[chunk * scale_stride] = word;
+      } else {
+        if (active && lane % detail::kLanesPerGroup == 0) static_cast<float*>(scale_row)[chunk * scale_stride] = scale;
+      }
     }
-    if (!row_ok(item)) continue;  // only with an inconsistent ends[]: nothing loaded, nothing stored
-
-    const bool active = lane_active(item);
-    uint32_t gw[8], uw[8], aw[8];
-    unpack_input(in, gw, uw);
-    if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
-      unpack_input(load_input(gate_ptr(item), inter, active), gw, uw);
-      detail::activate_lane_exact(gw, uw, act, aw);
-    }
-    uint4 codes;
-    const float scale = detail::quantize_lane<kPow2>(aw, codes);
-    const int col = item.chunk * layout::kGroup * detail::kGroupsPerChunk + lane_col;
-    if (active) *reinterpret_cast<uint4*>(p.a2 + item.row * inter + col) = codes;
-    if constexpr (kPacked) {
-      const uint32_t word = detail::ue8m0_chunk_word(scale, active);
-      if (lane == 0)
-        static_cast<uint32_t*>(p.a2_scale)[layout::ue8m0_word_index(
-            item.row, int64_t{item.chunk} * detail::kGroupsPerChunk, m_pad)] = word;
-    } else {
-      if (active && lane % detail::kLanesPerGroup == 0)
-        static_cast<float*>(p.a2_scale)[layout::fp32_scale_index(
-            item.row, int64_t{item.chunk} * detail::kGroupsPerChunk + lane_group, m_pad)] = scale;
+    if (++chunk == chunks) {  // next row
+      chunk = 0;
+      ++i;
+      if (live) {
+        while (e + 1 < num_experts && i >= before[e + 1]) ++e;
+      }
+      set_row();
     }
   }
 }

@@ -61,29 +61,6 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float* x) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// ---- streaming loads ---------------------------------------------------------------------------
-// A 16-byte load of input that the kernel reads exactly once (hidden, Y1): read-only path, not
-// allocated in L1, which keeps L1 for the small tables and indices the kernels do reuse. volatile
-// so that the compiler neither merges it with another load of the same address (act_quant's
-// fallback reloads on purpose, to keep registers free) nor moves it past other volatile loads.
-__device__ __forceinline__ uint4 load_once_16(const void* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
-
-// Splits `items` as evenly as possible over `workers`: worker w gets the contiguous range
-// [*first, *first + *count) (counts differ by at most one, in order of w). No overflow for any
-// int64 sizes, unlike items * w / workers.
-__device__ __forceinline__ void balanced_range(int64_t items, int64_t workers, int64_t w, int64_t* first,
-                                               int64_t* count) {
-  const int64_t base = items / workers, extra = items % workers;
-  *first = w * base + (w < extra ? w : extra);
-  *count = base + (w < extra ? 1 : 0);
-}
-
 // ---- warp-level group quantization ------------------------------------------------------------
 // Where a lane's 16 values sit inside a row, for chunk `chunk` of a row with `groups` groups.
 struct LaneSlice {
