@@ -62,7 +62,9 @@ struct Sm90GemmConfig {
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
   static constexpr int kDBytes = 64 * 64 * 2;  // per math warpgroup: 64 rows x 64 BF16 columns
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 1024;
+  // ends[] of up to kSmemExperts experts is staged in shared memory for the live scheduler.
+  static constexpr int kSmemExperts = 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + kSmemExperts * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
   float* smem_sfa = reinterpret_cast<float*>(smem_d + 2 * Cfg::kDBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kStages * Cfg::kBlockM);
   uint64_t* empty = full + kStages;
+  int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
 
   const int warpgroup = threadIdx.x / 128;
   const int num_kb = p.k / Cfg::kBlockK;
@@ -104,11 +107,16 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     }
     ptx::fence_barrier_init();
   }
+  if constexpr (kLive) {
+    if (p.num_experts <= Cfg::kSmemExperts)
+      for (int e = threadIdx.x; e < p.num_experts; e += blockDim.x) smem_ends[e] = __ldg(p.ends + e);
+  }
   if constexpr (kCluster > 1) ptx::cluster_sync();  // the peer's barriers exist before anyone uses them
   else __syncthreads();
 
   Scheduler scheduler = [&] {
-    if constexpr (kLive) return Scheduler(p.ends, p.num_experts, p.n);
+    if constexpr (kLive)
+      return Scheduler(p.num_experts <= Cfg::kSmemExperts ? smem_ends : p.ends, p.num_experts, p.n);
     else return Scheduler(p.row_expert, p.m_cap, p.n);
   }();
 

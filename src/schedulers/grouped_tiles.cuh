@@ -2,7 +2,9 @@
 // blockIdx.x, blockIdx.x + gridDim.x, ... and asks a scheduler what each id means. Producer and
 // math warpgroups run their own copy of the same scheduler, so they agree without talking.
 //
-// - LiveTileScheduler reads the prefix-sum layout ends[] and enumerates only the
+// - LiveTileScheduler reads the prefix-sum layout ends[] (the kernel stages it in shared memory:
+//   the walk over experts is a chain of dependent loads, E global round trips otherwise) and
+//   enumerates only the
 //   ceil(n_e / 128) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end the
 //   walk, so nothing past an expert's last live tile is ever loaded or stored.
 // - PaddedTileScheduler is the baseline engines run today: every 128-row tile of M_cap, the
@@ -62,8 +64,8 @@ struct LiveTileScheduler {
       if (expert + 1 >= num_experts) return false;
       first_id += static_cast<int64_t>(num_m) * num_n;
       ++expert;
-      start = expert == 0 ? 0 : layout::round_up(__ldg(ends + expert - 1), kBlockM);
-      end = __ldg(ends + expert);
+      start = expert == 0 ? 0 : layout::round_up(ends[expert - 1], kBlockM);  // generic: shared or global
+      end = ends[expert];
       num_m = static_cast<int>(layout::live_m_tiles(start, end));
     }
     int m, n;
