@@ -1,4 +1,5 @@
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 
 #include "bench/bench_common.cuh"
 
@@ -99,6 +100,12 @@ __global__ void fill_random_f32_kernel(float* p, size_t n, uint32_t seed, float 
     p[i] = lo + (hi - lo) * (hash32(i, seed) >> 8) * (1.0f / 16777216.0f);
 }
 
+__global__ void fill_random_bf16_kernel(uint16_t* p, size_t n, uint32_t seed, float lo, float hi) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(lo + (hi - lo) * (hash32(i, seed) >> 8) * (1.0f / 16777216.0f)));
+}
+
 __global__ void fill_bytes(uint8_t* p, size_t n, uint8_t v) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -120,6 +127,11 @@ void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream) {
 }
 void fill_random_f32(float* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream) {
   fill_random_f32_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed, lo, hi);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+void fill_random_bf16(uint16_t* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream) {
+  fill_random_bf16_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed, lo, hi);
   BENCH_CUDA(cudaGetLastError());
 }
 

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"
+#include "bench/fp8moe_bench_act.hpp"
 #include "bench/fp8moe_bench_cupti.hpp"
 #include "fp8moe/fp8moe.hpp"
 #include "reference/reference.hpp"
@@ -82,7 +83,7 @@ struct Options {
   fp8moe::ScaleFormat scale_format = fp8moe::ScaleFormat::kFp32;
   fp8moe::Activation activation = fp8moe::Activation::kSilu;
   int samples = kMinSamples;
-  bool samples_given = false, quick = false, check = false, cupti = true;
+  bool samples_given = false, quick = false, check = false, cupti = true, act_only = false;
   uint64_t seed = 1;
   std::string json;  // empty: no JSON
 };
@@ -115,6 +116,8 @@ void usage(FILE* to) {
                "  --quick                allow fewer samples (default 20): not a SPEC-conforming measurement\n"
                "  --check                compare the live output with the CPU reference (slow for big cases)\n"
                "  --no-cupti             time replays with CUDA events only (cross-check of the CUPTI spans)\n"
+               "  --act-only             activation+quant kernel alone, live vs padded, on ten fully occupied\n"
+               "                         shapes (live must not regress the dense case); CUDA events\n"
                "  --seed S               seed of the random inputs (default 1)\n"
                "  --json PATH            also write the results as JSON to PATH\n"
                "  --help                 this text\n"
@@ -201,6 +204,8 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
       o->check = true;
     } else if (arg == "--no-cupti") {
       o->cupti = false;
+    } else if (arg == "--act-only") {
+      o->act_only = true;
     } else {
       return bad("unknown option");
     }
@@ -991,5 +996,6 @@ int main(int argc, char** argv) {
   if (arch != 90)
     return run_cpu_fallback(opt, "found " + gpu + " (sm_" + std::to_string(arch) +
                                      "), but the GPU benchmark needs an SM90 GPU (H200): ran the CPU reference only");
+  if (opt.act_only) return fp8moe::bench::run_act_only(opt.samples, opt.json);
   return run_gpu(opt, command);
 }
