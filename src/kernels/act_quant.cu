@@ -26,17 +26,18 @@ constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 4;  // 32 warps per SM: <= 64 registers
 constexpr int kMaxLiveExperts = 6000;  // (2E + 1) int32 tables in 48 KB of shared memory
 
-// Fills before[0..E] and start[0..E) from ends[] (warp 0 only; the caller synchronizes).
-__device__ void live_tables(const int32_t* __restrict__ ends, int num_experts, int lane, int32_t* before,
-                            int32_t* start) {
-  int carry = 0;
+// Turns the raw ends[] that the CTA staged in before[0..E) into the tables before[0..E] (live rows
+// of the experts before e) and start[0..E) (first row of e), in place (warp 0 only; the caller
+// synchronizes). Each lane reads only its own entry; the previous expert's end comes by shuffle.
+__device__ void live_tables(int num_experts, int lane, int32_t* before, int32_t* start) {
+  int carry = 0, prev_chunk_end = 0;
   for (int e0 = 0; e0 < num_experts; e0 += kWarp) {
     const int e = e0 + lane;
-    int first = 0, n = 0;
-    if (e < num_experts) {
-      first = e == 0 ? 0 : static_cast<int>(layout::round_up(__ldg(ends + e - 1), layout::kTileM));
-      n = max(__ldg(ends + e) - first, 0);
-    }
+    const int end = e < num_experts ? before[e] : 0;
+    int prev_end = __shfl_up_sync(kFullMask, end, 1);
+    if (lane == 0) prev_end = prev_chunk_end;
+    const int first = e == 0 ? 0 : static_cast<int>(layout::round_up(prev_end, layout::kTileM));
+    const int n = e < num_experts ? max(end - first, 0) : 0;
     int inclusive = n;
 #pragma unroll
     for (int offset = 1; offset < kWarp; offset *= 2) {
@@ -48,6 +49,7 @@ __device__ void live_tables(const int32_t* __restrict__ ends, int num_experts, i
       start[e] = first;
     }
     carry += __shfl_sync(kFullMask, inclusive, kWarp - 1);
+    prev_chunk_end = __shfl_sync(kFullMask, end, kWarp - 1);
   }
   if (lane == 0) before[num_experts] = carry;
 }
@@ -99,7 +101,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   int32_t* start = smem + num_experts + 1;
   int64_t rows = m_cap;
   if (live) {
-    if (threadIdx.x < kWarp) live_tables(p.ends, num_experts, lane, before, start);
+    // One global round trip for all of ends[] (the whole CTA loads it), then the tables in shared
+    // memory: this start-up is what the live schedule costs over the padded one.
+    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) before[e] = __ldg(p.ends + e);
+    __syncthreads();
+    if (threadIdx.x < kWarp) live_tables(num_experts, lane, before, start);
     __syncthreads();
     rows = before[num_experts];
   }
