@@ -33,11 +33,14 @@ enum class ScaleFormat : int { kFp32 = 0, kFp32Pow2 = 1, kUe8m0Packed = 2 };
 // kPadded sweeps the whole capacity (today's engines); kLive visits only live tiles and rows.
 enum class Schedule : int { kLive = 0, kPadded = 1 };
 
+// Most local experts one call supports: the grouped GEMMs keep per-expert tables in shared memory.
+constexpr int kMaxExperts = 512;
+
 struct Config {
   int64_t capacity = 0;        // C: the most tokens one call may carry (buffers are sized for it)
   int64_t hidden = 0;          // H, multiple of 128
   int64_t intermediate = 0;    // I, multiple of 128
-  int num_experts = 0;         // E: local experts
+  int num_experts = 0;         // E: local experts, 1..kMaxExperts
   int top_k = 0;               // k, 1 <= k <= E (k <= num_global_experts with an expert map)
   int num_global_experts = 0;  // length of expert_map; 0 = no map, topk ids are local ids
   Activation activation = Activation::kSilu;

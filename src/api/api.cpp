@@ -84,8 +84,8 @@ Status detail::plan(const Config& c, WorkspaceLayout* out) {
     return fail(Status::kInvalidShape, "fp8moe: capacity=%lld must be in [1, %lld]", ll(c.capacity), ll(kMaxIndex));
   if (Status s = check_dim("hidden", c.hidden); s != Status::kSuccess) return s;
   if (Status s = check_dim("intermediate", c.intermediate); s != Status::kSuccess) return s;
-  if (c.num_experts < 1)
-    return fail(Status::kInvalidShape, "fp8moe: num_experts=%d must be >= 1", c.num_experts);
+  if (c.num_experts < 1 || c.num_experts > kMaxExperts)
+    return fail(Status::kInvalidShape, "fp8moe: num_experts=%d must be in [1, %d]", c.num_experts, kMaxExperts);
   if (c.top_k < 1 || c.top_k > c.num_experts)
     return fail(Status::kInvalidShape, "fp8moe: top_k=%d must be in [1, num_experts=%d]", c.top_k, c.num_experts);
   if (c.num_global_experts < 0)

@@ -9,10 +9,12 @@
 #include <mutex>
 #include <type_traits>
 
+#include "fp8moe/fp8moe.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "gemm/sm90_fp8_grouped_gemm_1d2d.cuh"
 
 namespace fp8moe::gemm {
+static_assert(fp8moe::kMaxExperts == sched::kMaxLiveExperts, "the API's expert limit is the scheduler's");
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -144,7 +146,8 @@ GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
 }
 
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t stream) {
-  if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1)
+  if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1 ||
+      a.num_experts > sched::kMaxLiveExperts)
     return cudaErrorInvalidValue;
   Sm90GemmParams p{};
   bool ok = true;

@@ -62,9 +62,9 @@ struct Sm90GemmConfig {
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
   static constexpr int kDBytes = 64 * 64 * 2;  // per math warpgroup: 64 rows x 64 BF16 columns
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
-  // ends[] of up to kSmemExperts experts is staged in shared memory for the live scheduler.
-  static constexpr int kSmemExperts = 1024;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + kSmemExperts * 4 + 1024;
+  // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each.
+  static constexpr int kMaxExperts = sched::kMaxLiveExperts;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 2 * kMaxExperts * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kStages * Cfg::kBlockM);
   uint64_t* empty = full + kStages;
   int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
+  int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
 
   const int warpgroup = threadIdx.x / 128;
   const int num_kb = p.k / Cfg::kBlockK;
@@ -107,16 +108,12 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     }
     ptx::fence_barrier_init();
   }
-  if constexpr (kLive) {
-    if (p.num_experts <= Cfg::kSmemExperts)
-      for (int e = threadIdx.x; e < p.num_experts; e += blockDim.x) smem_ends[e] = __ldg(p.ends + e);
-  }
+  if constexpr (kLive) Scheduler::stage(p.ends, p.num_experts, p.n, smem_ends, smem_tile_end);
   if constexpr (kCluster > 1) ptx::cluster_sync();  // the peer's barriers exist before anyone uses them
   else __syncthreads();
 
   Scheduler scheduler = [&] {
-    if constexpr (kLive)
-      return Scheduler(p.num_experts <= Cfg::kSmemExperts ? smem_ends : p.ends, p.num_experts, p.n);
+    if constexpr (kLive) return Scheduler(smem_ends, smem_tile_end, p.num_experts, p.n);
     else return Scheduler(p.row_expert, p.m_cap, p.n);
   }();
 

@@ -2,9 +2,9 @@
 // blockIdx.x, blockIdx.x + gridDim.x, ... and asks a scheduler what each id means. Producer and
 // math warpgroups run their own copy of the same scheduler, so they agree without talking.
 //
-// - LiveTileScheduler reads the prefix-sum layout ends[] (the kernel stages it in shared memory:
-//   the walk over experts is a chain of dependent loads, E global round trips otherwise) and
-//   enumerates only the
+// - LiveTileScheduler reads the prefix-sum layout ends[] (staged in shared memory with a prefix
+//   of live tiles per expert, so moving to a tile's expert costs one shared load per expert
+//   passed instead of a chain of dependent global loads and arithmetic) and enumerates only the
 //   ceil(n_e / 128) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end the
 //   walk, so nothing past an expert's last live tile is ever loaded or stored.
 // - PaddedTileScheduler is the baseline engines run today: every 128-row tile of M_cap, the
@@ -23,6 +23,7 @@
 namespace fp8moe::sched {
 
 constexpr int kBandM = 16;
+constexpr int kMaxLiveExperts = 512;  // the live scheduler's shared tables (fp8moe::kMaxExperts)
 
 struct TileInfo {
   int32_t expert = 0;   // expert whose weights the tile multiplies
@@ -46,34 +47,64 @@ __device__ __forceinline__ void raster(int64_t local, int num_m, int num_n, int&
 template <int kBlockM, int kBlockN>
 struct LiveTileScheduler {
   static_assert(kBlockM == layout::kTileM, "experts are aligned to the 128-row tile");
-  const int32_t* ends;
+
+  const int32_t* ends;      // shared [E]: the prefix-sum layout
+  const int32_t* tile_end;  // shared [E]: live tiles of experts 0..e (inclusive prefix)
   int num_experts;
   int num_n;
-  // Cursor: the expert that holds the ids [first_id, first_id + num_m * num_n).
-  int expert = -1;
-  int64_t first_id = 0;
-  int num_m = 0;
-  int64_t start = 0, end = 0;
+  int expert = 0;           // cursor: tile ids only grow, so the expert only moves forward
 
-  __device__ LiveTileScheduler(const int32_t* ends_, int num_experts_, int n)
-      : ends(ends_), num_experts(num_experts_), num_n(static_cast<int>(layout::ceil_div(n, kBlockN))) {}
-
-  // Ids must be asked for in increasing order. False once the id is past every live tile.
-  __device__ bool get(int64_t id, TileInfo& t) {
-    while (expert < 0 || id >= first_id + static_cast<int64_t>(num_m) * num_n) {
-      if (expert + 1 >= num_experts) return false;
-      first_id += static_cast<int64_t>(num_m) * num_n;
-      ++expert;
-      start = expert == 0 ? 0 : layout::round_up(ends[expert - 1], kBlockM);  // generic: shared or global
-      end = ends[expert];
-      num_m = static_cast<int>(layout::live_m_tiles(start, end));
+  // Stages ends[] in shared memory and builds tile_end[] (every thread of the CTA calls this; it
+  // synchronises the CTA once inside, and the caller must synchronise once more before get()).
+  // 32-bit arithmetic throughout: tile ids and rows are < 2^31.
+  __device__ static void stage(const int32_t* __restrict__ ends_global, int num_experts, int n, int32_t* ends_smem,
+                               int32_t* tile_end_smem) {
+    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) ends_smem[e] = __ldg(ends_global + e);
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    const int num_n = static_cast<int>(layout::ceil_div(n, kBlockN));
+    int carry = 0;
+    for (int e0 = 0; e0 < num_experts; e0 += 32) {
+      const int e = e0 + lane;
+      int tiles = 0;
+      if (e < num_experts) {
+        const int start = e == 0 ? 0 : (ends_smem[e - 1] + kBlockM - 1) / kBlockM * kBlockM;
+        tiles = (ends_smem[e] - start + kBlockM - 1) / kBlockM * num_n;
+      }
+      int inclusive = tiles;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const int v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+        if (lane >= offset) inclusive += v;
+      }
+      if (e < num_experts) tile_end_smem[e] = carry + inclusive;
+      carry += __shfl_sync(0xFFFFFFFFu, inclusive, 31);
     }
+  }
+
+  __device__ LiveTileScheduler(const int32_t* ends_smem, const int32_t* tile_end_smem, int num_experts_, int n)
+      : ends(ends_smem),
+        tile_end(tile_end_smem),
+        num_experts(num_experts_),
+        num_n(static_cast<int>(layout::ceil_div(n, kBlockN))) {}
+
+  // Ids must be asked for in increasing order; false once the id is past every live tile. One
+  // shared-memory load per expert passed. (Written so that the 192-wide GEMM's math warpgroups,
+  // which sit at their register budget, do not spill: e.g. an early 64-bit bound check did.)
+  __device__ bool get(int64_t id64, TileInfo& t) {
+    const int id = static_cast<int>(id64);
+    while (expert < num_experts && tile_end[expert] <= id) ++expert;
+    if (expert == num_experts) return false;
+    const int first_id = expert == 0 ? 0 : tile_end[expert - 1];
+    const int start = expert == 0 ? 0 : (ends[expert - 1] + kBlockM - 1) / kBlockM * kBlockM;
+    const int end = ends[expert];
     int m, n;
-    raster(id - first_id, num_m, num_n, m, n);
+    raster(id - first_id, (end - start + kBlockM - 1) / kBlockM, num_n, m, n);
     t.expert = expert;
-    t.m_row = static_cast<int32_t>(start + static_cast<int64_t>(m) * kBlockM);
+    t.m_row = start + m * kBlockM;
     t.n_col = n * kBlockN;
-    t.row_end = static_cast<int32_t>(end);
+    t.row_end = end;
     t.live_half[0] = t.m_row < end;
     t.live_half[1] = t.m_row + kBlockM / 2 < end;
     return true;

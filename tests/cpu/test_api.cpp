@@ -109,6 +109,8 @@ const std::vector<ConfigCase>& bad_configs() {
        Status::kInvalidShape, "size_t"},
       {"num_experts_zero", [](Config& c) { c.num_experts = 0; }, Status::kInvalidShape, "num_experts=0"},
       {"num_experts_negative", [](Config& c) { c.num_experts = -1; }, Status::kInvalidShape, "num_experts=-1"},
+      {"num_experts_above_max", [](Config& c) { c.num_experts = fp8moe::kMaxExperts + 1; }, Status::kInvalidShape,
+       "num_experts=513"},
       {"top_k_zero", [](Config& c) { c.top_k = 0; }, Status::kInvalidShape, "top_k=0"},
       {"top_k_above_experts", [](Config& c) { c.top_k = 33; }, Status::kInvalidShape, "top_k=33"},
       {"num_global_experts_negative", [](Config& c) { c.num_global_experts = -1; }, Status::kInvalidShape,
