@@ -41,6 +41,7 @@
 #include "bench/bench_common.cuh"
 #include "bench/fp8moe_bench_act.hpp"
 #include "bench/fp8moe_bench_cupti.hpp"
+#include "api/internal.hpp"  // detail::act_params
 #include "fp8moe/fp8moe.hpp"
 #include "reference/reference.hpp"
 #include "tests/common/data.hpp"  // random BF16 / FP8 codes / scales / routing / routing weights
@@ -306,27 +307,6 @@ int gpu_arch(std::string* name) {
   return prop.major * 10 + prop.minor;
 }
 
-fp8moe::num::ActParams act_params(const fp8moe::Config& c) {
-  fp8moe::num::ActParams a;
-  a.kind = c.activation == fp8moe::Activation::kSilu ? fp8moe::num::ActKind::kSilu : fp8moe::num::ActKind::kSwigluOai;
-  a.alpha = c.swiglu_alpha;
-  a.beta = c.swiglu_beta;
-  a.limit = c.swiglu_limit;
-  return a;
-}
-
-// sqrt(sum (got - want)^2 / sum want^2) over BF16 values (absolute when want is all zeros).
-double rel_error(const uint16_t* got, const uint16_t* want, size_t n) {
-  double e2 = 0, r2 = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double g = fp8moe::num::float_from_bf16_bits(got[i]), w = fp8moe::num::float_from_bf16_bits(want[i]);
-    if (std::isnan(g)) return INFINITY;
-    e2 += (g - w) * (g - w);
-    r2 += w * w;
-  }
-  return r2 == 0 ? std::sqrt(e2) : std::sqrt(e2 / r2);
-}
-
 // ---- the problem ---------------------------------------------------------------------------------
 
 // Weights of one preset, kept on the host for --check.
@@ -419,7 +399,7 @@ int run_cpu_fallback(const Options& opt, const std::string& note) {
   ri.w2_scale = w.w2_scale.data();
   std::vector<uint16_t> out(size_t(c.capacity) * p.hidden);
   start = std::chrono::steady_clock::now();
-  fp8moe::ref::run_pipeline(shape, ri, act_params(config), static_cast<fp8moe::ref::ScaleFormat>(opt.scale_format),
+  fp8moe::ref::run_pipeline(shape, ri, fp8moe::detail::act_params(config), static_cast<fp8moe::ref::ScaleFormat>(opt.scale_format),
                             out.data());
   const double reference_s = seconds_since(start);
 
@@ -704,9 +684,9 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     ri.w2 = weights.w2.data();
     ri.w2_scale = weights.w2_scale.data();
     std::vector<uint16_t> want(size_t(C) * H);
-    fp8moe::ref::run_pipeline(shape, ri, act_params(cfg[arm]),
+    fp8moe::ref::run_pipeline(shape, ri, fp8moe::detail::act_params(cfg[arm]),
                               static_cast<fp8moe::ref::ScaleFormat>(opt.scale_format), want.data());
-    res.check_rel_err = rel_error(out[arm].data(), want.data(), want.size());  // all C rows (t >= T must be 0)
+    res.check_rel_err = fp8moe::test::bf16_rel_error(out[arm].data(), want.data(), want.size());  // all C rows (t >= T must be 0)
     char what[96];
     std::snprintf(what, sizeof what, "%s vs CPU reference: rel_err %.3g (%.1f s)", kArmName[arm], res.check_rel_err,
                   seconds_since(start));

@@ -77,7 +77,7 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
     std::vector<double> us[2];
     for (int round = 0; round < 4; ++round) {
       const int arm = round % 2;  // 0 padded, 1 live
-      p.schedule = arm ? kernels::RowSchedule::kLive : kernels::RowSchedule::kPadded;
+      p.schedule = arm ? fp8moe::layout::Schedule::kLive : fp8moe::layout::Schedule::kPadded;
       p.a2 = a2[arm];
       p.a2_scale = sc[arm];
       for (int i = 0; i < samples_per_arm / 2 + (round < 2 ? 2 : 0); ++i) {  // two warm-ups per arm

@@ -15,6 +15,7 @@
 #include "bench/bench_common.cuh"
 #include "gemm/grouped_gemm.hpp"
 #include "layout/layout.cuh"
+#include "tests/common/data.hpp"
 
 using namespace fp8moe;
 using bench::Stats;
@@ -29,18 +30,10 @@ constexpr Preset kPresets[] = {{"deepseek-v3-ep8", 32, 7168, 2048, 8},
                                {"qwen3-30b-a3b", 128, 2048, 768, 8},
                                {"qwen3-235b-a22b", 128, 4096, 1536, 8}};
 
-// Uniform random top-k routing: k distinct experts per token.
-std::vector<int32_t> route_counts(int tokens, int experts, int topk, std::mt19937_64& rng) {
+// Rows per expert of uniform random top-k routing (k distinct experts per token).
+std::vector<int32_t> route_counts(int tokens, int experts, int topk, fp8moe::test::Rng& rng) {
   std::vector<int32_t> counts(experts, 0);
-  std::vector<int> perm(experts);
-  for (int t = 0; t < tokens; ++t) {
-    for (int e = 0; e < experts; ++e) perm[e] = e;
-    for (int j = 0; j < topk; ++j) {
-      const int pick = j + static_cast<int>(rng() % (experts - j));
-      std::swap(perm[j], perm[pick]);
-      ++counts[perm[j]];
-    }
-  }
+  for (int32_t e : fp8moe::test::random_routing(rng, tokens, topk, experts)) ++counts[e];
   return counts;
 }
 
@@ -165,17 +158,17 @@ int main(int argc, char** argv) {
       args.n = n;
       args.k = k;
       args.num_experts = E;
-      for (auto sched : {gemm::TileSchedule::kPadded, gemm::TileSchedule::kLive}) {
+      for (auto sched : {layout::Schedule::kPadded, layout::Schedule::kLive}) {
         args.schedule = sched;
         const auto info = gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
         std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d, %d stages, BLOCK_N %d\n", g + 1,
-                     sched == gemm::TileSchedule::kLive ? "live" : "padded", info.ctas, info.cluster, info.stages,
+                     sched == layout::Schedule::kLive ? "live" : "padded", info.ctas, info.cluster, info.stages,
                      info.block_n);
       }
       std::vector<double> us[2];
       for (int round = 0; round < 4; ++round) {
         const int arm = round % 2;  // 0 padded, 1 live
-        args.schedule = arm == 0 ? gemm::TileSchedule::kPadded : gemm::TileSchedule::kLive;
+        args.schedule = arm == 0 ? layout::Schedule::kPadded : layout::Schedule::kLive;
         args.d = arm == 0 ? d_pad : d_live;
         for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
           flush.run(nullptr);

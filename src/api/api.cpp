@@ -46,6 +46,9 @@ static_assert(static_cast<int>(ScaleFormat::kFp32) == static_cast<int>(layout::S
                   static_cast<int>(ScaleFormat::kUe8m0Packed) ==
                       static_cast<int>(layout::ScaleFormat::kUe8m0Packed),
               "fp8moe::ScaleFormat and layout::ScaleFormat must agree");
+static_assert(static_cast<int>(Schedule::kLive) == static_cast<int>(layout::Schedule::kLive) &&
+                  static_cast<int>(Schedule::kPadded) == static_cast<int>(layout::Schedule::kPadded),
+              "fp8moe::Schedule and layout::Schedule must agree");
 
 long long ll(int64_t v) { return static_cast<long long>(v); }
 

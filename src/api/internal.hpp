@@ -2,6 +2,7 @@
 #pragma once
 
 #include "fp8moe/fp8moe.hpp"
+#include "numerics/numerics.cuh"
 
 namespace fp8moe::detail {
 
@@ -17,5 +18,15 @@ Status plan(const Config& config, WorkspaceLayout* layout);
 // the layout of `config`: everything it receives is known to be well formed.
 Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLayout& layout,
                        cudaStream_t stream);
+
+// The activation of `config` in the form the kernels and the CPU reference take.
+inline num::ActParams act_params(const Config& config) {
+  num::ActParams a;
+  a.kind = config.activation == Activation::kSilu ? num::ActKind::kSilu : num::ActKind::kSwigluOai;
+  a.alpha = config.swiglu_alpha;
+  a.beta = config.swiglu_beta;
+  a.limit = config.swiglu_limit;
+  return a;
+}
 
 }  // namespace fp8moe::detail

@@ -65,7 +65,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.m_cap = layout.m_cap;
   g.m_pad = layout.m_pad;
   g.num_experts = config.num_experts;
-  g.schedule = live ? gemm::TileSchedule::kLive : gemm::TileSchedule::kPadded;
+  g.schedule = static_cast<fp8moe::layout::Schedule>(config.schedule);
 
   g.a = perm.a1;
   g.a_scale = static_cast<const float*>(perm.a1_scale);
@@ -82,11 +82,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.intermediate = config.intermediate;
   act.num_experts = config.num_experts;
   act.ends = ends;
-  act.schedule = live ? kernels::RowSchedule::kLive : kernels::RowSchedule::kPadded;
-  act.act.kind = config.activation == Activation::kSilu ? num::ActKind::kSilu : num::ActKind::kSwigluOai;
-  act.act.alpha = config.swiglu_alpha;
-  act.act.beta = config.swiglu_beta;
-  act.act.limit = config.swiglu_limit;
+  act.schedule = g.schedule;
+  act.act = act_params(config);
   act.scale_format = format;
   act.y1 = g.d;
   act.a2 = at<uint8_t>(args, layout.a2);

@@ -8,12 +8,9 @@
 
 #include <cstdint>
 
-namespace fp8moe::gemm {
+#include "layout/layout.cuh"
 
-enum class TileSchedule : int {
-  kLive = 0,    // prefix-sum scheduler over ends[]: only live tiles
-  kPadded = 1,  // every 128-row tile of M_cap, expert from row_expert[] (today's engines)
-};
+namespace fp8moe::gemm {
 
 struct GroupedGemmArgs {
   const uint8_t* a = nullptr;     // FP8 E4M3 [m_cap, k]
@@ -28,7 +25,7 @@ struct GroupedGemmArgs {
   int n = 0;                      // multiple of 128
   int k = 0;                      // multiple of 128
   int num_experts = 0;
-  TileSchedule schedule = TileSchedule::kLive;
+  layout::Schedule schedule = layout::Schedule::kLive;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math

@@ -109,7 +109,7 @@ struct Launcher {
 constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
 
 int block_n_for(const GroupedGemmArgs& a) {
-  if (a.schedule == TileSchedule::kPadded) return 128;
+  if (a.schedule == layout::Schedule::kPadded) return 128;
   static const int forced = [] {
     const char* v = std::getenv("FP8MOE_GEMM_BLOCK_N");
     return v ? std::atoi(v) : 0;
@@ -127,7 +127,7 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
     const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
     return v != nullptr && std::atoi(v) == 2;
   }();
-  const bool live = a.schedule == TileSchedule::kLive;
+  const bool live = a.schedule == layout::Schedule::kLive;
   if (block_n_for(a) == 192) {  // live only
     constexpr int kN = 192, kS = stages_for(192);
     const bool pair = clusters_allowed && a.n % (2 * kN) == 0;

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   const int64_t m_pad = layout::m_pad(m_cap);
   constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
   constexpr bool kPacked = kFmt == layout::ScaleFormat::kUe8m0Packed;
-  const bool live = p.schedule == RowSchedule::kLive;
+  const bool live = p.schedule == layout::Schedule::kLive;
   const int num_experts = p.num_experts;
   num::ActParams act = p.act;
   act.kind = kKind;  // lets the compiler drop the other activation
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
 
 template <num::ActKind kKind>
 cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
-  const bool live = p.schedule == RowSchedule::kLive;
+  const bool live = p.schedule == layout::Schedule::kLive;
   const size_t smem = live ? (2 * static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t) : 0;
   int64_t max_rows = p.m_cap;
   if (live && p.max_live_rows > 0 && p.max_live_rows < max_rows) max_rows = p.max_live_rows;
@@ -207,8 +207,8 @@ cudaError_t launch_act_quant(const ActQuantParams& p, cudaStream_t stream) {
   if (p.m_cap < 0 || p.m_cap >= (int64_t{1} << 31) || p.intermediate <= 0 || p.intermediate % layout::kGroup != 0 ||
       p.intermediate >= (int64_t{1} << 30))  // column offsets are int32 inside the kernel
     return cudaErrorInvalidValue;
-  if (p.schedule != RowSchedule::kLive && p.schedule != RowSchedule::kPadded) return cudaErrorInvalidValue;
-  if (p.schedule == RowSchedule::kLive &&
+  if (p.schedule != layout::Schedule::kLive && p.schedule != layout::Schedule::kPadded) return cudaErrorInvalidValue;
+  if (p.schedule == layout::Schedule::kLive &&
       (p.num_experts < 1 || p.num_experts > kMaxLiveExperts || p.ends == nullptr))
     return cudaErrorInvalidValue;
   if (p.m_cap == 0) return cudaSuccess;  // no rows

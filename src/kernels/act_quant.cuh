@@ -18,15 +18,13 @@
 
 namespace fp8moe::kernels {
 
-enum class RowSchedule : int { kLive = 0, kPadded = 1 };
-
 struct ActQuantParams {
   int64_t m_cap = 0;          // rows of Y1 / A2 (multiple of 128); scales use m_pad = round_up(m_cap, 4)
   int64_t max_live_rows = 0;  // C * k: the most live rows there can be (sizes the kLive grid); 0 = m_cap
   int64_t intermediate = 0;   // I, multiple of 128
   int num_experts = 0;        // E (kLive)
   const int32_t* ends = nullptr;  // int32 [E] prefix-sum layout (kLive)
-  RowSchedule schedule = RowSchedule::kLive;
+  layout::Schedule schedule = layout::Schedule::kLive;
   num::ActParams act;
   layout::ScaleFormat scale_format = layout::ScaleFormat::kFp32;
   const void* y1 = nullptr;   // BF16 [m_cap, 2I]

@@ -52,6 +52,11 @@ inline void padded_row_expert(const int32_t* ends, int num_experts, int64_t mcap
     for (int64_t r = expert_start(ends, e); r < ends[e]; ++r) row_expert[r] = e;
 }
 
+// ---- the two schedules (SPEC section 4), taken by every stage that has a choice -----------------
+// kLive: read ends[] on the device and touch only live tiles / rows. kPadded: sweep all of M_cap,
+// the expert of a row from row_expert[] (-1 = padding), the way engines run today.
+enum class Schedule : int { kLive = 0, kPadded = 1 };
+
 // ---- activation-scale layouts (SPEC section 3) ----------------------------------------------
 enum class ScaleFormat : int { kFp32 = 0, kFp32Pow2 = 1, kUe8m0Packed = 2 };
 

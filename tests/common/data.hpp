@@ -91,6 +91,19 @@ inline std::vector<int32_t> random_routing(Rng& rng, int64_t tokens, int top_k, 
   return ids;
 }
 
+// sqrt(sum (got - want)^2 / sum want^2) over BF16 bit patterns (absolute when want is all zeros);
+// infinite if got holds a NaN (an unwritten, poisoned element).
+inline double bf16_rel_error(const uint16_t* got, const uint16_t* want, size_t n) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = num::float_from_bf16_bits(got[i]), w = num::float_from_bf16_bits(want[i]);
+    if (std::isnan(g)) return INFINITY;
+    e2 += (g - w) * (g - w);
+    r2 += w * w;
+  }
+  return r2 == 0 ? std::sqrt(e2) : std::sqrt(e2 / r2);
+}
+
 // Routing weights in (0, 1].
 inline std::vector<float> random_weights(Rng& rng, size_t n) {
   std::uniform_real_distribution<float> dist(0.0f, 1.0f);

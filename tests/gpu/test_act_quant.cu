@@ -16,7 +16,7 @@ namespace {
 
 using namespace fp8moe::test;
 using fp8moe::layout::ScaleFormat;
-using fp8moe::kernels::RowSchedule;
+using fp8moe::layout::Schedule;
 namespace ref = fp8moe::ref;
 namespace num = fp8moe::num;
 namespace layout = fp8moe::layout;
@@ -80,7 +80,7 @@ void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_li
         // live: the whole buffers equal the reference's, poison included.
         d_a2.poison(poison);
         d_scale.poison(poison);
-        p.schedule = RowSchedule::kLive;
+        p.schedule = Schedule::kLive;
         CUDA_OK(kernels::launch_act_quant(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         const std::vector<uint8_t> live_a2 = d_a2.download();
@@ -91,7 +91,7 @@ void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_li
         // padded: every row is written; live rows equal the reference and the live schedule.
         d_a2.poison(poison ^ 0x80);
         d_scale.poison(poison ^ 0x80);
-        p.schedule = RowSchedule::kPadded;
+        p.schedule = Schedule::kPadded;
         CUDA_OK(kernels::launch_act_quant(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         const std::vector<uint8_t> pad_a2 = d_a2.download();

@@ -17,7 +17,7 @@
 namespace {
 
 using fp8moe::gemm::GroupedGemmArgs;
-using fp8moe::gemm::TileSchedule;
+using fp8moe::layout::Schedule;
 using fp8moe::test::DeviceBuffer;
 namespace layout = fp8moe::layout;
 namespace num = fp8moe::num;
@@ -96,10 +96,10 @@ void run_case(const GemmCase& c, GemmRun& r) {
   args.k = c.k;
   args.num_experts = num_experts;
   args.d = d_live.ptr;
-  args.schedule = TileSchedule::kLive;
+  args.schedule = Schedule::kLive;
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   args.d = d_padded.ptr;
-  args.schedule = TileSchedule::kPadded;
+  args.schedule = Schedule::kPadded;
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   r.live = d_live.download();

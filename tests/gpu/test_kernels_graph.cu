@@ -88,7 +88,7 @@ void check_graph_replays(ScaleFormat f, uint64_t seed) {
   ap.intermediate = I;
   ap.num_experts = E;
   ap.ends = d_ends.ptr;
-  ap.schedule = kernels::RowSchedule::kLive;
+  ap.schedule = fp8moe::layout::Schedule::kLive;
   ap.act = act;
   ap.scale_format = f;
   ap.y1 = d_y1.ptr;

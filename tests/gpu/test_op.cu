@@ -9,6 +9,7 @@
 
 #include "common/gpu.hpp"
 #include "common/problem.hpp"
+#include "api/internal.hpp"
 #include "fp8moe/fp8moe.hpp"
 
 namespace {
@@ -25,14 +26,7 @@ namespace ref = fp8moe::ref;
 constexpr double kOpTolerance = 1e-2;
 
 double rel_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
-  double e2 = 0, r2 = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = num::float_from_bf16_bits(got[i]), w = num::float_from_bf16_bits(want[i]);
-    if (std::isnan(g)) return INFINITY;
-    e2 += (g - w) * (g - w);
-    r2 += w * w;
-  }
-  return r2 == 0 ? std::sqrt(e2) : std::sqrt(e2 / r2);
+  return fp8moe::test::bf16_rel_error(got.data(), want.data(), want.size());
 }
 
 // Device copies of a problem and everything run() needs.
@@ -99,20 +93,11 @@ fp8moe::Config config_for(const ref::Shape& s, fp8moe::Schedule schedule, fp8moe
   return c;
 }
 
-num::ActParams act_of(const fp8moe::Config& c) {
-  num::ActParams a;
-  a.kind = c.activation == fp8moe::Activation::kSilu ? num::ActKind::kSilu : num::ActKind::kSwigluOai;
-  a.alpha = c.swiglu_alpha;
-  a.beta = c.swiglu_beta;
-  a.limit = c.swiglu_limit;
-  return a;
-}
-
 std::vector<uint16_t> reference_out(const MoeProblem& p, const fp8moe::Config& c, const int32_t* num_tokens) {
   std::vector<uint16_t> out(p.shape.tokens * p.shape.hidden);
   ref::Inputs in = p.inputs();
   in.num_tokens = num_tokens;
-  ref::run_pipeline(p.shape, in, act_of(c), static_cast<ref::ScaleFormat>(c.scale_format), out.data());
+  ref::run_pipeline(p.shape, in, fp8moe::detail::act_params(c), static_cast<ref::ScaleFormat>(c.scale_format), out.data());
   return out;
 }
 
