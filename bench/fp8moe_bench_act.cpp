@@ -55,7 +55,7 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
     int32_t* d_ends;
     uint8_t* a2[2];
     float* sc[2];
-    const size_t scale_elems = static_cast<size_t>(I / 128) * m_pad;
+    const size_t scale_elems = layout::scale_buffer_bytes(layout::ScaleFormat::kFp32, m_pad, I) / 4;
     BENCH_CUDA(cudaMalloc(&y1, y1_elems * 2));
     BENCH_CUDA(cudaMalloc(&d_ends, s.experts * 4));
     BENCH_CUDA(cudaMemcpy(d_ends, ends.data(), s.experts * 4, cudaMemcpyHostToDevice));

@@ -141,11 +141,12 @@ int main(int argc, char** argv) {
       float* as;
       void *d_live, *d_pad;
       BENCH_CUDA(cudaMalloc(&a, m_cap * k));
-      BENCH_CUDA(cudaMalloc(&as, (k / 128) * m_pad * 4));
+      const int64_t scale_bytes = layout::scale_buffer_bytes(layout::ScaleFormat::kFp32, m_pad, k);
+      BENCH_CUDA(cudaMalloc(&as, scale_bytes));
       BENCH_CUDA(cudaMalloc(&d_live, m_cap * n * 2));
       BENCH_CUDA(cudaMalloc(&d_pad, m_cap * n * 2));
       bench::fill_random_fp8(a, m_cap * k, 5 + g);
-      bench::fill_random_f32(as, (k / 128) * m_pad, 7 + g, 1e-3f, 1e-2f);
+      bench::fill_random_f32(as, scale_bytes / 4, 7 + g, 1e-3f, 1e-2f);
       gemm::GroupedGemmArgs args;
       args.a = a;
       args.a_scale = as;
