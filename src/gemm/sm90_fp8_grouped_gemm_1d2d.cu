@@ -120,7 +120,7 @@ int block_n_for(const GroupedGemmArgs& a) {
 
 // 2-CTA clusters that share A (multicast) are opt-in through FP8MOE_GEMM_CLUSTER=2: measured on the
 // H200 they did not beat single CTAs (docs/perf-notes.md), so single CTAs are the default.
-// They need the N-blocks to pair up exactly (N % (2 * BLOCK_N) == 0).
+// They need an even number of N-blocks per expert (a pair never straddles two experts).
 template <typename F>
 auto dispatch(const GroupedGemmArgs& a, F&& f) {
   static const bool clusters_allowed = [] {
@@ -130,7 +130,7 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const bool live = a.schedule == layout::Schedule::kLive;
   if (block_n_for(a) == 192) {  // live only
     constexpr int kN = 192, kS = stages_for(192);
-    const bool pair = clusters_allowed && a.n % (2 * kN) == 0;
+    const bool pair = clusters_allowed && (a.n + kN - 1) / kN % 2 == 0;
     return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
   }
   constexpr int kN = 128, kS = stages_for(128);
@@ -158,9 +158,9 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
       encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
                 block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
-                CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+                CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return cudaErrorInvalidValue;
+  p.d = static_cast<__nv_bfloat16*>(a.d);
   p.b_scale = a.b_scale;
   p.ends = a.ends;
   p.row_expert = a.row_expert;

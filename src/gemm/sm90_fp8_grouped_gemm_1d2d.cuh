@@ -2,21 +2,23 @@
 // 128x128 block), BF16 out. Persistent and warp-specialised:
 //
 //   warpgroup 2 (producer, 40 registers): one thread walks the tile schedule and, for every 128-K
-//     block, waits for a free ring stage and issues three TMA loads into it (A 128x128, B BNx128,
-//     A's 128 scales), completing on the stage's `full` mbarrier;
-//   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. Per 128-K
-//     block: wait `full`, four wgmma m64nBNk32 into a fresh FP32 accumulator, wait for them, release
-//     the stage (`empty`), then promote: out += (scale_a[row] * scale_b) * acc on CUDA cores. While one
-//     warpgroup promotes, the other's wgmma run. A 64-row half with no live row skips its math.
+//     block, waits for a free ring stage and issues three TMA loads into it (A 128x128 with an L2
+//     evict-last hint, B BNx128, A's 128 scales), completing on the stage's `full` mbarrier;
+//   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. The tile's
+//     columns are two halves, each a group of four wgmma m64n(BN/2)k32 into its own FP32
+//     accumulator, software-pipelined so that one half runs on the tensor cores while the other
+//     is promoted on the CUDA cores (out += (scale_a[row] * scale_b) * acc, every 128 K); a stage
+//     is released (`empty`) as soon as both halves have read it. A 64-row half with no live row
+//     skips its math.
 //   Epilogue, per math warpgroup and 64-column half: BF16 fragments -> stmatrix into an 8 KB
-//     shared tile (128-byte swizzle) -> one TMA store, left in flight while the next tile starts.
+//     shared tile (128-byte swizzle) -> coalesced 16-byte global stores by the warpgroup's threads.
 //     A warpgroup with no live row stores nothing; in a live tile the rows past the expert's end
 //     (the gap up to the 128-row boundary) are written too, which SPEC section 4 allows.
 //
 // With kCluster = 2 the grid runs in 2-CTA clusters that take N-neighbour tiles (same expert, same
 // rows): each CTA multicasts one 64-row half of the shared A block into both CTAs, so each CTA
-// pulls (and its copy engine issues) 24 KB per k-block instead of 32. Every consumer warp then releases a stage in both CTAs (CTA 0 may
-// overwrite the peer's A), and the CTAs meet at a cluster barrier before exiting.
+// pulls 8 KB less per k-block. Every consumer warp then releases a stage in both CTAs (either CTA
+// may overwrite the peer's A), and the CTAs meet at a cluster barrier before exiting.
 //
 // The tile schedule (live or padded) is a template parameter; both share this mainloop, so live
 // rows come out bit-identical between the two.
@@ -32,6 +34,12 @@
 #include "ptx/ptx.cuh"
 #include "schedulers/grouped_tiles.cuh"
 
+// Ablation builds for performance investigation only (never the default): -DFP8MOE_GEMM_ABLATE=
+//   2 no math (and so no stores), 3 no TMA loads (math on stale shared memory).
+#ifndef FP8MOE_GEMM_ABLATE
+#define FP8MOE_GEMM_ABLATE 0
+#endif
+
 namespace fp8moe::gemm {
 
 // A is loaded with the smallest box that covers the tile's live rows (live schedule only): a decode
@@ -43,7 +51,7 @@ struct Sm90GemmParams {
   CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
   CUtensorMap map_b;    // FP8 [E * n, k], box BN x 128, 128-byte swizzle
   CUtensorMap map_sfa;  // FP32 [k/128, m_pad], box 1 x 128
-  CUtensorMap map_d;    // BF16 [m_cap, n], box 64 x 64, 128-byte swizzle
+  __nv_bfloat16* d;     // BF16 [m_cap, n]
   const float* b_scale;
   const int32_t* ends;
   const int32_t* row_expert;
@@ -72,7 +80,7 @@ template <int kBlockN, int kStages, int kCluster, bool kLive>
 __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
-  using Mma = ptx::WgmmaE4M3<kBlockN>;
+  using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   // The scheduler hands out cluster tiles kCluster * kBlockN wide; CTA `rank` takes its slice.
   using Scheduler =
@@ -101,7 +109,6 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
     ptx::prefetch_tensormap(&p.map_b);
     ptx::prefetch_tensormap(&p.map_sfa);
-    ptx::prefetch_tensormap(&p.map_d);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], 1);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
@@ -123,6 +130,9 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     if (threadIdx.x == 256) {
       int stage = 0;
       uint32_t phase = 0;
+      // A (activations) is re-read by every N-tile of its rows while the weights stream past it:
+      // keep it in L2 ahead of them (ncu, GEMM1 4096/4096: DRAM reads 2.19 -> 1.56 GB).
+      const uint64_t pol_a = ptx::l2_policy_evict_last();
       sched::TileInfo t;
       for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
         const int32_t b_row = t.expert * p.n + t.n_col + rank * kBlockN;
@@ -132,9 +142,17 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
         const uint32_t stage_bytes = a_box_rows(box) * Cfg::kBlockK + Cfg::kBBytes + Cfg::kSfaBytes;
         for (int kb = 0; kb < num_kb; ++kb) {
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
+          if (FP8MOE_GEMM_ABLATE == 3) {
+            ptx::mbar_arrive(&full[stage]);
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+            continue;
+          }
           ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
           if constexpr (kCluster == 1)
-            ptx::tma_load_2d(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row);
+            ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row, pol_a);
           else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
             ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
                                        &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
@@ -159,83 +177,146 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     const int num_n128 = p.n / 128;
     int stage = 0;
     uint32_t phase = 0;
+    auto advance = [&] {
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    };
+    // Releases stage s to the producer (every math warp of every CTA of the cluster arrives).
+    auto release = [&](int s) {
+      __syncwarp();
+      if constexpr (kCluster == 1) {
+        if (lane == 0) ptx::mbar_arrive(&empty[s]);
+      } else if (lane < kCluster) {
+        ptx::mbar_arrive_cluster(&empty[s], lane);  // lane r releases the stage in CTA r
+      }
+    };
+    const uint32_t a_desc_offset = warpgroup * 64 * 128;
     sched::TileInfo t;
     for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
       t.n_col += rank * kBlockN;
-      const bool live = warpgroup == 0 ? t.live_half[0] : t.live_half[1];
-      // A 192-wide tile straddles two 128-wide B-scale blocks: columns [0, split) use the first,
-      // the rest the second (clamped: past N they feed only columns that are never stored).
-      const int n128 = t.n_col / 128;
-      const int split = 128 - t.n_col % 128;  // 128 or 64
-      const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
-      const float* sb_lo = p.b_scale + (expert_scales + n128) * num_kb;
-      const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * num_kb;
-      float out[Mma::kAccum];
+      const bool live = FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]);
+      float out[2 * Half::kAccum];
 #pragma unroll
-      for (int i = 0; i < Mma::kAccum; ++i) out[i] = 0.0f;
+      for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
 
-      for (int kb = 0; kb < num_kb; ++kb) {
-        const float sb = __ldg(sb_lo + kb);
-        const float sb2 = kBlockN > 128 ? __ldg(sb_hi + kb) : sb;
-        ptx::mbar_wait(&full[stage], phase);
-        const float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
-        const float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
-        float acc[Mma::kAccum];
-        if (live) {
+      if (!live) {  // keep the ring in step: wait for every stage and release it
+        for (int kb = 0; kb < num_kb; ++kb) {
+          ptx::mbar_wait(&full[stage], phase);
+          release(stage);
+          advance();
+        }
+      } else {
+        // A 192-wide tile straddles two 128-wide B-scale blocks: columns [0, split) use the first,
+        // the rest the second (clamped: past N they feed only columns that are never stored).
+        const int n128 = t.n_col / 128;
+        const int split = 128 - t.n_col % 128;  // 128 or 64
+        const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
+        const float* sb_lo = p.b_scale + (expert_scales + n128) * num_kb;
+        const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * num_kb;
+        // The tile's columns are computed as two halves with their own accumulators, A = columns
+        // [0, BN/2) and B = [BN/2, BN), each a separate wgmma group over the 128-K block, pipelined
+        // so that one half runs on the tensor cores while the other is promoted:
+        //   wait A(kb) -> promote A(kb) [B(kb) runs] -> wait full kb+1 -> issue A(kb+1)
+        //   -> wait B(kb) -> release stage kb -> promote B(kb) [A(kb+1) runs] -> issue B(kb+1)
+        // One accumulator set per half costs the registers of one full-width set. The 128-wide
+        // kernel (decode-sized and padded tiles: weight streaming) instead releases stage kb before
+        // waiting for kb+1 (wait B(kb) right after promoting A), so it never holds two stages of
+        // the ring; the 192-wide (prefill) kernel keeps A(kb+1) queued behind B(kb) instead.
+        constexpr bool kReleaseFirst = kBlockN == 128;
+        float acc_a[Half::kAccum], acc_b[Half::kAccum];
+        auto issue = [&](float(&acc)[Half::kAccum], int half) {
 #pragma unroll
-          for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
           ptx::wgmma_fence();
-          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + warpgroup * 64 * 128);
-          const uint64_t desc_b = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
+          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_desc_offset);
+          const uint64_t desc_b =
+              ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes + half * (kBlockN / 2) * Cfg::kBlockK);
 #pragma unroll
           for (int k = 0; k < Cfg::kBlockK / 32; ++k) {
             // +32 bytes along K inside the 128-byte swizzle atom = +2 in the descriptor's address field
-            Mma::mma(acc, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+            Half::mma(acc, desc_a + 2 * k, desc_b + 2 * k, k > 0);
           }
           ptx::wgmma_commit();
-          ptx::wgmma_wait<0>();
 #pragma unroll
-          for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
-        }
-        __syncwarp();
-        if constexpr (kCluster == 1) {
-          if (lane == 0) ptx::mbar_arrive(&empty[stage]);
-        } else if (lane < kCluster) {
-          ptx::mbar_arrive_cluster(&empty[stage], lane);  // lane r releases the stage in CTA r
-        }
-        if (live) {
-          // Combined scales of fragment chunk i (8 columns at 8i): the first block, the second,
-          // and for chunks 8..15 whichever side of `split` they fall on.
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
+        };
+        // out[half * kAccum + i] += scale(chunk) * acc[i]; fragment chunk c = 8 columns at 8c.
+        auto promote = [&](const float(&acc)[Half::kAccum], int half, float sa0, float sa1, float sb, float sb2) {
           const float lo0 = __fmul_rn(sa0, sb), lo1 = __fmul_rn(sa1, sb);
           const float hi0 = __fmul_rn(sa0, sb2), hi1 = __fmul_rn(sa1, sb2);
           const float mid0 = split == 128 ? lo0 : hi0, mid1 = split == 128 ? lo1 : hi1;
 #pragma unroll
-          for (int i = 0; i < Mma::kAccum; i += 4) {
-            const int chunk = i / 4;
+          for (int i = 0; i < Half::kAccum; i += 4) {
+            const int chunk = (half * Half::kAccum + i) / 4;
             const float s0 = chunk < 8 ? lo0 : chunk < 16 ? mid0 : hi0;
             const float s1 = chunk < 8 ? lo1 : chunk < 16 ? mid1 : hi1;
-            out[i + 0] = __fmaf_rn(s0, acc[i + 0], out[i + 0]);
-            out[i + 1] = __fmaf_rn(s0, acc[i + 1], out[i + 1]);
-            out[i + 2] = __fmaf_rn(s1, acc[i + 2], out[i + 2]);
-            out[i + 3] = __fmaf_rn(s1, acc[i + 3], out[i + 3]);
+            float* o = out + half * Half::kAccum + i;
+            o[0] = __fmaf_rn(s0, acc[i + 0], o[0]);
+            o[1] = __fmaf_rn(s0, acc[i + 1], o[1]);
+            o[2] = __fmaf_rn(s1, acc[i + 2], o[2]);
+            o[3] = __fmaf_rn(s1, acc[i + 3], o[3]);
           }
+        };
+
+        ptx::mbar_wait(&full[stage], phase);
+        float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
+        float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
+        float sb = __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
+        issue(acc_a, 0);
+        issue(acc_b, 1);
+        for (int kb = 0; kb + 1 < num_kb; ++kb) {
+          const float sb_next = __ldg(sb_lo + kb + 1), sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
+          ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
+#pragma unroll
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+          promote(acc_a, 0, sa0, sa1, sb, sb2);
+          const int cur = stage;
+          if constexpr (kReleaseFirst) {
+            ptx::wgmma_wait<0>();  // B(kb) done
+            release(cur);
+          }
+          advance();
+          ptx::mbar_wait(&full[stage], phase);
+          const float sa0_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
+          const float sa1_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
+          issue(acc_a, 0);  // A(kb+1)
+          if constexpr (!kReleaseFirst) {
+            ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
+            release(cur);          // both halves have read stage kb
+          }
+#pragma unroll
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+          promote(acc_b, 1, sa0, sa1, sb, sb2);
+          issue(acc_b, 1);  // B(kb+1)
+          sa0 = sa0_next, sa1 = sa1_next, sb = sb_next, sb2 = sb2_next;
         }
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
-        }
+        ptx::wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+        promote(acc_a, 0, sa0, sa1, sb, sb2);
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+        release(stage);
+        promote(acc_b, 1, sa0, sa1, sb, sb2);
+        advance();
       }
 
       // Epilogue. Dead halves of a live tile store nothing; padded tiles store every half (zeros
-      // where dead), as the padded baseline does.
+      // where dead), as the padded baseline does. Per 64-column half: stmatrix into the warpgroup's
+      // 8 KB staging tile, then the 128 threads copy it out with 16-byte stores (8 threads per
+      // 128-byte row segment). Plain stores, not a TMA store: a TMA store queues behind the
+      // producer's loads in the SM's copy engine, and waiting for it to free the staging tile
+      // stalled both warpgroups for microseconds per tile (docs/perf-notes.md, v10).
       if (kLive && !live) continue;
-      const bool storer = threadIdx.x % 128 == 0;
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
+      __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + 64 * warpgroup) * p.n + t.n_col;
 #pragma unroll
       for (int h = 0; h < kBlockN / 64; ++h) {
         if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
-        if (storer) ptx::bulk_wait_group_read<0>();  // the previous store has read the shared tile
-        ptx::named_barrier(1 + warpgroup, 128);
+        ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
 #pragma unroll
         for (int i = 8 * h; i < 8 * h + 8; i += 2) {  // fragment chunks i, i+1 = 16 columns
           const int j = lane / 8;                      // the matrix this lane addresses
@@ -248,15 +329,15 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
           ptx::stmatrix_x4(tile_d + r * 128 + ((c ^ (r % 8)) << 4), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
                            pack(4 * i + 6));
         }
-        ptx::fence_proxy_async_shared();
         ptx::named_barrier(1 + warpgroup, 128);
-        if (storer) {
-          ptx::tma_store_2d(&p.map_d, tile_d, t.n_col + 64 * h, t.m_row + 64 * warpgroup);
-          ptx::bulk_commit_group();
+#pragma unroll
+        for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
+          const int r = q / 8, c = q % 8;
+          const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
+          *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
         }
       }
     }
-    if (threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
   }
   // Neither CTA of a cluster may exit while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) ptx::cluster_sync();
