@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Codegen guard for the SM90 grouped GEMM (runs without a GPU: ptxas only).
+#  - ptxas must not serialise the wgmma pipeline (its C75xx "Potential Performance Loss" notes:
+#    e.g. a wgmma committed and waited for in different branches silently costs ~25%);
+#  - the default (single-CTA) kernels must not spill: the math warpgroups run at their register
+#    budget, and a spill lands in the k-loop.
+#   check_gemm_codegen.sh NVCC SOURCE_DIR
+set -euo pipefail
+nvcc=$1
+src=$2
+log=$("$nvcc" -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I"$src/src" -I"$src/include" -cubin -o /dev/null \
+  -Xptxas -v "$src/src/gemm/sm90_fp8_grouped_gemm_1d2d.cu" 2>&1)
+status=0
+if grep -E "C75[0-9][0-9]" <<<"$log"; then
+  echo "FAIL: ptxas serialises wgmma (see above)"
+  status=1
+fi
+kernels=0
+while read -r name; do
+  read -r props
+  kernels=$((kernels + 1))
+  spill=$(sed -E 's/.* ([0-9]+) bytes spill stores.*/\1/' <<<"$props")
+  # Template arguments: <BLOCK_N, stages, cluster, live>; cluster 1 is the default dispatch.
+  if [[ $name == *Li1ELb* && $spill != 0 ]]; then
+    echo "FAIL: $name spills $spill bytes"
+    status=1
+  fi
+  echo "$name: $props"
+done < <(grep -A1 "Function properties for .*grouped_gemm" <<<"$log" | grep -v "^--" | sed -E 's/.*Function properties for //')
+if [[ $kernels -lt 4 ]]; then
+  echo "FAIL: expected the grouped GEMM kernels in ptxas' report, found $kernels"
+  status=1
+fi
+exit $status
