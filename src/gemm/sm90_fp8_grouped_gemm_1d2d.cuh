@@ -196,7 +196,14 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     sched::TileInfo t;
     for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
       t.n_col += rank * kBlockN;
-      const bool live = FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]);
+      // A live tile with 17..64 live rows gives both warpgroups work: each takes one 64-column
+      // half of rows [0, 64) instead of warpgroup 1 idling (128-wide live kernel; the padded
+      // baseline keeps the DeepGEMM layout). Measured on the H200: 512/512 GEMMs -5..-10%; with
+      // at most 16 live rows (the 16-row A box, decode) it was 1% slower, so those keep one warpgroup.
+      const bool col_split = kLive && kBlockN == 128 && FP8MOE_GEMM_ABLATE != 2 && !t.live_half[1] &&
+                             t.row_end - t.m_row > a_box_rows(2);
+      const bool live =
+          col_split || (FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]));
       float out[2 * Half::kAccum];
 #pragma unroll
       for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
@@ -226,11 +233,11 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
         // the ring; the 192-wide (prefill) kernel keeps A(kb+1) queued behind B(kb) instead.
         constexpr bool kReleaseFirst = kBlockN == 128;
         float acc_a[Half::kAccum], acc_b[Half::kAccum];
-        auto issue = [&](float(&acc)[Half::kAccum], int half) {
+        auto issue = [&](float(&acc)[Half::kAccum], int half, uint32_t a_offset) {
 #pragma unroll
           for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
           ptx::wgmma_fence();
-          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_desc_offset);
+          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_offset);
           const uint64_t desc_b =
               ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes + half * (kBlockN / 2) * Cfg::kBlockK);
 #pragma unroll
@@ -260,12 +267,31 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
           }
         };
 
+        if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
+          const int row = row_in_tile - 64 * warpgroup;
+          for (int kb = 0; kb < num_kb; ++kb) {
+            const float sb = __ldg(sb_lo + kb);
+            ptx::mbar_wait(&full[stage], phase);
+            const float sa0 = smem_sfa[stage * Cfg::kBlockM + row];
+            const float sa1 = smem_sfa[stage * Cfg::kBlockM + row + 8];
+            issue(acc_a, warpgroup, 0);
+            ptx::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+            release(stage);
+            if (warpgroup == 0)  // (a compile-time half: `out` must stay in registers)
+              promote(acc_a, 0, sa0, sa1, sb, sb);
+            else
+              promote(acc_a, 1, sa0, sa1, sb, sb);
+            advance();
+          }
+        } else {
         ptx::mbar_wait(&full[stage], phase);
         float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
         float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
         float sb = __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
-        issue(acc_a, 0);
-        issue(acc_b, 1);
+        issue(acc_a, 0, a_desc_offset);
+        issue(acc_b, 1, a_desc_offset);
         for (int kb = 0; kb + 1 < num_kb; ++kb) {
           const float sb_next = __ldg(sb_lo + kb + 1), sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
           ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
@@ -281,7 +307,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
           ptx::mbar_wait(&full[stage], phase);
           const float sa0_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
           const float sa1_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
-          issue(acc_a, 0);  // A(kb+1)
+          issue(acc_a, 0, a_desc_offset);  // A(kb+1)
           if constexpr (!kReleaseFirst) {
             ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
             release(cur);          // both halves have read stage kb
@@ -289,7 +315,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
 #pragma unroll
           for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
           promote(acc_b, 1, sa0, sa1, sb, sb2);
-          issue(acc_b, 1);  // B(kb+1)
+          issue(acc_b, 1, a_desc_offset);  // B(kb+1)
           sa0 = sa0_next, sa1 = sa1_next, sb = sb_next, sb2 = sb2_next;
         }
         ptx::wgmma_wait<1>();
@@ -302,20 +328,22 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
         release(stage);
         promote(acc_b, 1, sa0, sa1, sb, sb2);
         advance();
+        }
       }
 
       // Epilogue. Dead halves of a live tile store nothing; padded tiles store every half (zeros
       // where dead), as the padded baseline does. Per 64-column half: stmatrix into the warpgroup's
       // 8 KB staging tile, then the 128 threads copy it out with 16-byte stores (8 threads per
-      // 128-byte row segment). Plain stores, not a TMA store: a TMA store queues behind the
-      // producer's loads in the SM's copy engine, and waiting for it to free the staging tile
-      // stalled both warpgroups for microseconds per tile (docs/perf-notes.md, v10).
+      // 128-byte row segment). (Plain stores measured the same as a TMA store and need no D
+      // tensor map or bulk-group waits.)
       if (kLive && !live) continue;
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
-      __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + 64 * warpgroup) * p.n + t.n_col;
+      const int row_base = col_split ? 0 : 64 * warpgroup;
+      __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
       for (int h = 0; h < kBlockN / 64; ++h) {
         if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
+        if (col_split && h != warpgroup) continue;
         ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
 #pragma unroll
         for (int i = 8 * h; i < 8 * h + 8; i += 2) {  // fragment chunks i, i+1 = 16 columns

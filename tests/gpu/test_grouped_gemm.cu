@@ -182,6 +182,15 @@ TEST(Sm90GroupedGemm, SeedGemm2DecodeShape) {  // N = H = 7168, K = I = 2048
   check_case({7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}});
 }
 
+// Tiles with 17..64 live rows: the live kernel splits the tile's columns between its two math
+// warpgroups (16 rows or fewer, and 65 or more, keep the usual split by rows): still equal to the
+// reference and bit-identical to the padded baseline.
+TEST(Sm90GroupedGemm, SmallTilesSplitColumnsBetweenWarpgroups) {
+  FP8MOE_REQUIRE_SM90();
+  check_case({4096, 7168, {17, 40, 64, 16, 65, 0, 33, 1}});
+  check_case({7168, 2048, {64, 17, 128, 50}});
+}
+
 // More than 512 workspace rows per expert: the live schedule takes 192-wide tiles (straddling two
 // B-scale blocks, partial last tile) while the padded one stays at 128: still bit-identical.
 TEST(Sm90GroupedGemm, PrefillTileWidthsMatchPadded) {
