@@ -20,10 +20,13 @@ namespace num = fp8moe::num;
 namespace ref = fp8moe::ref;
 
 // The op's GEMMs accumulate in a different order than the reference (tensor-core partial sums),
-// so Y1 can differ in the last BF16 bit, which can move an FP8 code of A2 by one step. Measured
-// whole-op errors are ~1e-3; the bound leaves room without letting a real bug through (a wrong
-// row, scale or slot gives errors of order 1).
-constexpr double kOpTolerance = 1e-2;
+// so Y1 can differ in the last BF16 bit, which can move an FP8 code of A2 by one step (6-12% of
+// that element). Measured whole-op errors are 4e-3..7e-3 on the printed shapes, but on the
+// smallest ones (InvalidIdsAreCounted: 100 rows of 256) a few such flips weigh more: about one
+// fresh seed in 15 went past 1e-2 (1.07e-2 for FP8MOE_SEED=1239843323285156404, the same at
+// 9f679cc and 31f79f1). The bound leaves room for that without letting a real bug through (a
+// wrong row, scale or slot gives errors of order 1).
+constexpr double kOpTolerance = 2e-2;
 
 double rel_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
   return fp8moe::test::bf16_rel_error(got.data(), want.data(), want.size());
