@@ -3,7 +3,10 @@
 // alternating rounds padded/live/padded/live, ceilings measured in the same run.
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
-//                     [--no-ceilings]
+//                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH]
+// --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
+// of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1) appends one cold-L2
+// live run's per-CTA timeline to PATH as lines "case gemm cta slot ns".
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -41,10 +44,10 @@ std::vector<int32_t> route_counts(int tokens, int experts, int topk, fp8moe::tes
 
 int main(int argc, char** argv) {
   int samples = 50, only_gemm = 0;
-  bool ceilings = true;
+  bool ceilings = true, run_arm[2] = {true, true};  // padded, live
   struct Case { int capacity, tokens; };
   std::vector<Case> cases;
-  std::string json_path, preset_name = "deepseek-v3-ep8";
+  std::string json_path, trace_path, preset_name = "deepseek-v3-ep8";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -52,13 +55,22 @@ int main(int argc, char** argv) {
     else if (a == "--preset" && i + 1 < argc) preset_name = argv[++i];
     else if (a == "--gemm" && i + 1 < argc) only_gemm = std::atoi(argv[++i]);
     else if (a == "--no-ceilings") ceilings = false;
+    else if (a == "--trace" && i + 1 < argc) trace_path = argv[++i];
+    else if (a == "--schedule" && i + 1 < argc &&
+             (!std::strcmp(argv[i + 1], "both") || !std::strcmp(argv[i + 1], "live") ||
+              !std::strcmp(argv[i + 1], "padded"))) {
+      const std::string v = argv[++i];
+      run_arm[0] = v != "live";
+      run_arm[1] = v != "padded";
+    }
     else if (a == "--case" && i + 1 < argc && std::strchr(argv[i + 1], '/')) {
       const char* v = argv[++i];
       cases.push_back({std::atoi(v), std::atoi(std::strchr(v, '/') + 1)});
     }
     else {
       std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
-                  "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--no-ceilings]\n",
+                  "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--schedule both|live|padded]\n"
+                  "          [--no-ceilings] [--trace PATH]\n",
                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -78,6 +90,12 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+#if !FP8MOE_GEMM_TRACE
+  if (!trace_path.empty()) {
+    std::fprintf(stderr, "--trace needs a timeline build (-DFP8MOE_GEMM_TRACE=1)\n");
+    return 2;
+  }
+#endif
 
   std::fprintf(stderr, "measuring ceilings...\n");
   // Without measured ceilings (profiling runs) the SPEC section 8 figures stand in.
@@ -169,6 +187,7 @@ int main(int argc, char** argv) {
       std::vector<double> us[2];
       for (int round = 0; round < 4; ++round) {
         const int arm = round % 2;  // 0 padded, 1 live
+        if (!run_arm[arm]) continue;
         args.schedule = arm == 0 ? layout::Schedule::kPadded : layout::Schedule::kLive;
         args.d = arm == 0 ? d_pad : d_live;
         for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
@@ -186,7 +205,7 @@ int main(int argc, char** argv) {
       std::vector<uint16_t> hl(m_cap * n), hp(m_cap * n);
       BENCH_CUDA(cudaMemcpy(hl.data(), d_live, hl.size() * 2, cudaMemcpyDeviceToHost));
       BENCH_CUDA(cudaMemcpy(hp.data(), d_pad, hp.size() * 2, cudaMemcpyDeviceToHost));
-      bool equal = true;
+      bool equal = run_arm[0] && run_arm[1];
       for (int e = 0; e < E && equal; ++e)
         for (int64_t r = layout::expert_start(ends.data(), e); r < ends[e] && equal; ++r)
           equal = std::memcmp(&hl[r * n], &hp[r * n], size_t(n) * 2) == 0;
@@ -198,13 +217,34 @@ int main(int argc, char** argv) {
       char label[32];
       std::snprintf(label, sizeof label, "%d/%d", c.capacity, c.tokens);
       for (int arm = 0; arm < 2; ++arm) {
+        if (!run_arm[arm]) continue;
         const Stats& st = arm == 0 ? sp : sl;
         std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s\n", label, g == 0 ? "gemm1" : "gemm2",
                     arm == 0 ? "padded" : "live", st.median, st.p10, st.p90, flops / (st.median * 1e-6) / 1e12,
                     wbytes / (st.median * 1e-6) / 1e12, floor_us, st.median / floor_us,
-                    arm == 1 ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "");
+                    arm == 1 && run_arm[0] ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "");
       }
-      if (!equal) std::printf("  !! live and padded differ on live rows\n");
+      if (!equal && run_arm[0] && run_arm[1]) std::printf("  !! live and padded differ on live rows\n");
+#if FP8MOE_GEMM_TRACE
+      if (!trace_path.empty()) {  // one more cold-L2 live run, with its timeline
+        args.schedule = layout::Schedule::kLive;
+        args.d = d_live;
+        BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_trace(nullptr));
+        flush.run(nullptr);
+        BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
+        BENCH_CUDA(cudaDeviceSynchronize());
+        std::vector<uint64_t> tr(size_t(gemm::kGemmTraceCtas) * gemm::kGemmTraceSlots);
+        BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_trace(tr.data()));
+        if (FILE* f = std::fopen(trace_path.c_str(), "a")) {
+          for (int cta = 0; cta < gemm::kGemmTraceCtas; ++cta)
+            for (int slot = 0; slot < gemm::kGemmTraceSlots; ++slot)
+              if (const uint64_t t = tr[size_t(cta) * gemm::kGemmTraceSlots + slot])
+                std::fprintf(f, "%d/%d %d %d %d %llu\n", c.capacity, c.tokens, g + 1, cta, slot,
+                             static_cast<unsigned long long>(t));
+          std::fclose(f);
+        }
+      }
+#endif
       if (js) {
         std::fprintf(js,
                      "%s{\"capacity\": %d, \"tokens\": %d, \"gemm\": %d, \"n\": %d, \"k\": %d, \"live_rows\": %lld, "
@@ -212,7 +252,8 @@ int main(int argc, char** argv) {
                      "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, \"floor_us\": %.2f, "
                      "\"bitwise_equal\": %s}",
                      first_json ? "" : ", ", c.capacity, c.tokens, g + 1, n, k, static_cast<long long>(live_rows),
-                     touched, sp.median, sp.p10, sp.p90, sl.median, sl.p10, sl.p90, floor_us, equal ? "true" : "false");
+                     touched, sp.median, sp.p10, sp.p90, sl.median, sl.p10, sl.p90, floor_us,
+                     !(run_arm[0] && run_arm[1]) ? "null" : equal ? "true" : "false");
         first_json = false;
       }
       cudaFree(a);

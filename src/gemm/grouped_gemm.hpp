@@ -42,4 +42,12 @@ struct GemmLaunchInfo {
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
 
+#if FP8MOE_GEMM_TRACE
+// Timeline builds only (-DFP8MOE_GEMM_TRACE=1, see the kernel): [kGemmTraceCtas][kGemmTraceSlots]
+// %globaltimer values per CTA: kernel entry, the start of each tile, the exit of the tile loop;
+// zero where unused. A null `host` clears the buffer, otherwise it is copied there.
+constexpr int kGemmTraceCtas = 160, kGemmTraceSlots = 128;
+cudaError_t sm90_fp8_grouped_gemm_trace(uint64_t* host);
+#endif
+
 }  // namespace fp8moe::gemm

@@ -171,4 +171,15 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream); });
 }
 
+#if FP8MOE_GEMM_TRACE
+cudaError_t sm90_fp8_grouped_gemm_trace(uint64_t* host) {
+  constexpr size_t kBytes = sizeof(uint64_t) * kGemmTraceCtas * kGemmTraceSlots;
+  if (host == nullptr) {
+    static const uint64_t zeros[kGemmTraceCtas * kGemmTraceSlots] = {};
+    return cudaMemcpyToSymbol(g_sm90_gemm_trace, zeros, kBytes);
+  }
+  return cudaMemcpyFromSymbol(host, g_sm90_gemm_trace, kBytes);
+}
+#endif
+
 }  // namespace fp8moe::gemm

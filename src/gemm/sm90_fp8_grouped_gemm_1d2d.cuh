@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gemm/grouped_gemm.hpp"
 #include "layout/layout.cuh"
 #include "ptx/ptx.cuh"
 #include "schedulers/grouped_tiles.cuh"
@@ -38,6 +39,12 @@
 //   2 no math (and so no stores), 3 no TMA loads (math on stale shared memory).
 #ifndef FP8MOE_GEMM_ABLATE
 #define FP8MOE_GEMM_ABLATE 0
+#endif
+// Timeline builds, also for investigation only: -DFP8MOE_GEMM_TRACE=1 makes thread 0 of every CTA
+// (math warpgroup 0) write %globaltimer when it starts each tile and when it leaves the tile loop,
+// into g_sm90_gemm_trace[cta][slot] (slot 0 = kernel entry; read back by the GEMM bench).
+#ifndef FP8MOE_GEMM_TRACE
+#define FP8MOE_GEMM_TRACE 0
 #endif
 
 namespace fp8moe::gemm {
@@ -58,6 +65,14 @@ struct Sm90GemmParams {
   int64_t m_cap;
   int n, k, num_experts;
 };
+
+#if FP8MOE_GEMM_TRACE
+__device__ uint64_t g_sm90_gemm_trace[kGemmTraceCtas * kGemmTraceSlots];
+__device__ __forceinline__ void trace_time(int slot) {
+  if (threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
+    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
+}
+#endif
 
 template <int kBlockN, int kStages>
 struct Sm90GemmConfig {
@@ -194,7 +209,14 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     };
     const uint32_t a_desc_offset = warpgroup * 64 * 128;
     sched::TileInfo t;
+#if FP8MOE_GEMM_TRACE
+    int traced = 0;
+    trace_time(traced++);
+#endif
     for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
+#if FP8MOE_GEMM_TRACE
+      trace_time(traced++);
+#endif
       t.n_col += rank * kBlockN;
       // A live tile with 17..64 live rows gives both warpgroups work: each takes one 64-column
       // half of rows [0, 64) instead of warpgroup 1 idling (128-wide live kernel; the padded
@@ -366,6 +388,9 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
         }
       }
     }
+#if FP8MOE_GEMM_TRACE
+    trace_time(traced);
+#endif
   }
   // Neither CTA of a cluster may exit while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) ptx::cluster_sync();
