@@ -127,6 +127,7 @@ void stop() {
 
 std::string kernel_role(const std::string& name, int index_in_replay, int* gemms_seen) {
   // Checked in this order: "unpermute" and "quantize_permuted" both contain "permute".
+  if (name.find("permute_count") != std::string::npos) return "permute_count";  // metadata on a grid, first half
   if (name.find("permute_metadata") != std::string::npos) return "permute_metadata";
   if (name.find("quantize_permuted") != std::string::npos) return "quantize";
   if (name.find("unpermute") != std::string::npos) return "unpermute";

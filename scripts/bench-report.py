@@ -29,12 +29,17 @@ def table(run):
             f"| {l['median_us']:.1f} ({l['p10_us']:.1f}-{l['p90_us']:.1f}) | {k['speedup']:.2f}x "
             f"| {k['live_TFLOPs']:.0f} | {k['weight_TBps']:.2f} | {k['floor_us']:.1f} | {ratio} "
             f"| {'equal' if k['bitwise_equal'] else 'DIFFER'} |")
-    lines += ["", "Per-kernel medians of the live arm (us, CUPTI):", "",
-              "| capacity/tokens | " + " | ".join(run["cases"][0]["kernels_us"].keys()) + " |",
-              "|---|" + "---|" * len(run["cases"][0]["kernels_us"])]
+    # Cases may launch different kernels (the permutation's metadata runs as one kernel or as
+    # permute_count + permute_metadata): one column per kernel role seen, in launch order.
+    roles = []
     for k in run["cases"]:
-        lines.append(f"| {k['capacity']}/{k['tokens']} | " +
-                     " | ".join(f"{v:.1f}" for v in k["kernels_us"].values()) + " |")
+        roles += [r for r in k["kernels_us"] if r not in roles]
+    lines += ["", "Per-kernel medians of the live arm (us, CUPTI):", "",
+              "| capacity/tokens | " + " | ".join(roles) + " |",
+              "|---|" + "---|" * len(roles)]
+    for k in run["cases"]:
+        cells = [f"{k['kernels_us'][r]:.1f}" if r in k["kernels_us"] else "-" for r in roles]
+        lines.append(f"| {k['capacity']}/{k['tokens']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

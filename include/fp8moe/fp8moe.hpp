@@ -85,6 +85,8 @@ struct WorkspaceLayout {
   size_t a2 = 0;            // FP8 [M_cap, I]
   size_t a2_scale = 0;      // scales of a2
   size_t y2 = 0;            // BF16 [M_cap, H]
+  size_t cta_counts = 0;    // int32 [B, E+1] per-CTA expert counts of the permutation when it runs
+                            //   on B > 1 CTAs (capacity * top_k > 4096); 0 bytes otherwise
   size_t total = 0;         // = workspace_size(config)
 };
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "api/internal.hpp"
+#include "kernels/permute.cuh"
 #include "layout/layout.cuh"
 
 namespace fp8moe {
@@ -146,6 +147,8 @@ Status detail::plan(const Config& c, WorkspaceLayout* out) {
   w.a2 = p.place(mcap, c.intermediate);                                              // FP8
   w.a2_scale = p.place(layout::scale_buffer_bytes(format, mpad, c.intermediate), 1);
   w.y2 = p.place(mcap, c.hidden * 2);                                                // BF16
+  const int metadata_ctas = kernels::metadata_ctas(c.capacity, c.top_k);
+  w.cta_counts = p.place(metadata_ctas > 1 ? metadata_ctas * (c.num_experts + 1) : 0, sizeof(int32_t));
   w.total = p.end;
   if (p.overflow)
     return fail(Status::kInvalidShape,

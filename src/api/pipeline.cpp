@@ -53,6 +53,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   perm.error_count = at<int32_t>(args, layout.error_count);
   perm.row_of = row_of;
   perm.row_expert = live ? nullptr : row_expert;  // only the padded GEMMs read it
+  perm.metadata_ctas = kernels::metadata_ctas(config.capacity, config.top_k);
+  perm.cta_counts = at<int32_t>(args, layout.cta_counts);
   perm.hidden = args.hidden;
   perm.scale_format = format;
   perm.a1 = at<uint8_t>(args, layout.a1);

@@ -13,6 +13,16 @@
 //     order inside every expert, fixed by the data alone.
 //   Finally row_of = -1 for the slots of tokens past the live count, row_expert (optional) by a
 //   binary search over start[], and the error counter is overwritten with this run's count.
+// With more than kMetadataOneCtaSlots slots of capacity one CTA is slow (a single SM's loads and
+// stores, ~70 us at 32768 slots), so a grid of B CTAs takes contiguous ranges of the slots
+// (metadata_slot_range) in two launches:
+//   permute_count: each CTA runs pass 1 over its range and writes its per-expert counts (and its
+//     invalid ids in column E) to cta_counts[b][.];
+//   permute_metadata<grid>: each CTA runs pass 1 again for its warps' shares, reads every CTA's
+//     counts: n_e = sum_b, and its own base inside each expert, sum_{b' < b} cta_counts[b'][e];
+//     then table[w][e] = start_e + base_e + sum_{w' < w} count[w'][e] and pass 2 as above. CTA 0
+//     writes counts[], ends[] and the error counter; the tail of row_of and row_expert are shared
+//     out over the grid. The rows come out exactly as with one CTA.
 //
 // quantize_permuted (persistent grid, 8 warps per CTA): a warp item is (live token t, chunk of 4
 //   groups); the warp loads the chunk once (two 16-byte loads per lane), quantizes it and stores the
@@ -28,6 +38,7 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kMetadataMaxWarps = 32;
+constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / 128;  // one batch of 128 slots each
 constexpr int kMetadataSmemInts = 48 * 1024 / 4;
 constexpr int kMetadataBatch = 4;  // slot loads in flight per lane
 constexpr int kQuantizeThreads = 256;
@@ -75,32 +86,10 @@ __device__ __forceinline__ int load_batch(const PermuteParams& p, int base, int 
   return invalid_count;
 }
 
-__global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_kernel(const PermuteParams p) {
-  extern __shared__ int32_t smem[];
-  const int num_experts = p.num_experts;
-  const int num_warps = blockDim.x / kWarp;
-  const int warp = threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  int32_t* table = smem;                                // [num_warps][E]: counts, then first rows
-  int32_t* start = table + num_warps * num_experts;      // [E]
-  int32_t* end = start + num_experts;                    // [E]
-  int32_t* warp_errors = end + num_experts;              // [32]
-
-  const int top_k = p.top_k;
-  const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * top_k);
-  const int all_slots = static_cast<int>(p.tokens * top_k);
-
-  for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
-  __syncthreads();
-
-  // This warp's slots [lo, hi).
-  const int per_warp = (live_slots + num_warps - 1) / num_warps;
-  const int lo = min(warp * per_warp, live_slots);
-  const int hi = min(lo + per_warp, live_slots);
-  int32_t* my_table = table + warp * num_experts;
+// Pass 1 over the slots [lo, hi): this warp's count of each expert, added into my_table (zeroed
+// by the caller). Returns the number of invalid ids in the range (the same value in every lane).
+__device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int hi, int lane, int32_t* my_table) {
   const unsigned lanes_below = (1u << lane) - 1u;
-
-  // ---- pass 1: per-warp counts
   int errors = 0;
   for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
     int expert[kMetadataBatch];
@@ -112,13 +101,86 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_ke
       __syncwarp();
     }
   }
+  return errors;
+}
+
+// permute_count (grid path, first launch): pass 1 over this CTA's share of the slots; its counts
+// per expert, and its invalid ids, to cta_counts[blockIdx.x][0..E].
+__global__ void __launch_bounds__(kMetadataGridWarps * kWarp) permute_count_kernel(const PermuteParams p) {
+  extern __shared__ int32_t smem[];
+  const int num_experts = p.num_experts;
+  const int num_warps = blockDim.x / kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  int32_t* table = smem;                                // [num_warps][E]
+  int32_t* warp_errors = table + num_warps * num_experts;  // [32]
+  for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
+  __syncthreads();
+  const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * p.top_k);
+  const SlotRange r = metadata_slot_range(live_slots, blockIdx.x, gridDim.x, warp, num_warps);
+  const int errors = count_slots(p, r.lo, r.hi, lane, table + warp * num_experts);
   if (lane == 0) warp_errors[warp] = errors;
   __syncthreads();
-
-  // ---- rows per expert, then the prefix-sum layout
+  int32_t* mine = p.cta_counts + static_cast<int64_t>(blockIdx.x) * (num_experts + 1);
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
     int n = 0;
     for (int w = 0; w < num_warps; ++w) n += table[w * num_experts + e];
+    mine[e] = n;
+  }
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int w = 0; w < num_warps; ++w) total += warp_errors[w];
+    mine[num_experts] = total;
+  }
+}
+
+// kGrid = false: the one-CTA kernel. kGrid = true: one CTA of the grid, after permute_count.
+template <bool kGrid>
+__global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata_kernel(const PermuteParams p) {
+  extern __shared__ int32_t smem[];
+  const int num_experts = p.num_experts;
+  const int num_warps = blockDim.x / kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  int32_t* table = smem;                                // [num_warps][E]: counts, then first rows
+  int32_t* start = table + num_warps * num_experts;      // [E]
+  int32_t* end = start + num_experts;                    // [E]
+  int32_t* warp_errors = end + num_experts;              // [32]
+  int32_t* cta_base = warp_errors + kWarp;               // [E], grid only: rows of CTAs before this one
+  const int cta = kGrid ? static_cast<int>(blockIdx.x) : 0, ctas = kGrid ? static_cast<int>(gridDim.x) : 1;
+  const bool leader_cta = cta == 0;                      // writes counts, ends and the error counter
+
+  const int top_k = p.top_k;
+  const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * top_k);
+  const int all_slots = static_cast<int>(p.tokens * top_k);
+
+  for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
+  __syncthreads();
+
+  // This warp's slots [lo, hi).
+  const SlotRange range = metadata_slot_range(live_slots, cta, ctas, warp, num_warps);
+  int32_t* my_table = table + warp * num_experts;
+  const unsigned lanes_below = (1u << lane) - 1u;
+
+  // ---- pass 1: per-warp counts
+  const int errors = count_slots(p, range.lo, range.hi, lane, my_table);
+  if (lane == 0) warp_errors[warp] = errors;
+  __syncthreads();
+
+  // ---- rows per expert (and, in a grid, this CTA's base inside each expert), then the layout
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    int n = 0;
+    if constexpr (kGrid) {
+      int before = 0;
+      for (int b = 0; b < ctas; ++b) {
+        const int c = __ldg(p.cta_counts + static_cast<int64_t>(b) * (num_experts + 1) + e);
+        n += c;
+        before += b < cta ? c : 0;
+      }
+      cta_base[e] = before;
+    } else {
+      for (int w = 0; w < num_warps; ++w) n += table[w * num_experts + e];
+    }
     end[e] = n;  // the count for now
   }
   __syncthreads();
@@ -138,20 +200,26 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_ke
         const int first = carry + inclusive - padded;
         start[e] = first;
         end[e] = first + n;
-        p.counts[e] = n;
-        p.ends[e] = first + n;
+        if (leader_cta) {
+          p.counts[e] = n;
+          p.ends[e] = first + n;
+        }
       }
       carry += __shfl_sync(kFullMask, inclusive, kWarp - 1);
     }
-    if (lane == 0) {
+    if (lane == 0 && leader_cta) {
       int total = 0;
-      for (int w = 0; w < num_warps; ++w) total += warp_errors[w];
+      if constexpr (kGrid) {
+        for (int b = 0; b < ctas; ++b) total += __ldg(p.cta_counts + static_cast<int64_t>(b) * (num_experts + 1) + num_experts);
+      } else {
+        for (int w = 0; w < num_warps; ++w) total += warp_errors[w];
+      }
       *p.error_count = total;  // overwrites the previous run's count
     }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-    int row = start[e];
+    int row = start[e] + (kGrid ? cta_base[e] : 0);
     for (int w = 0; w < num_warps; ++w) {
       const int c = table[w * num_experts + e];
       table[w * num_experts + e] = row;
@@ -161,27 +229,29 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp) permute_metadata_ke
   __syncthreads();
 
   // ---- pass 2: rows
-  for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
+  for (int base = range.lo; base < range.hi; base += kMetadataBatch * kWarp) {
     int expert[kMetadataBatch];
-    load_batch(p, base, hi, lane, expert);
+    load_batch(p, base, range.hi, lane, expert);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
       const int e = expert[u];
       const unsigned peers = __match_any_sync(kFullMask, e);
       const int s = base + u * kWarp + lane;
-      if (s < hi) p.row_of[s] = e >= 0 ? my_table[e] + __popc(peers & lanes_below) : -1;
+      if (s < range.hi) p.row_of[s] = e >= 0 ? my_table[e] + __popc(peers & lanes_below) : -1;
       __syncwarp();  // every lane has read my_table[e] before the leader moves it
       if (e >= 0 && (peers & lanes_below) == 0) my_table[e] += __popc(peers);
       __syncwarp();
     }
   }
-  for (int s = live_slots + threadIdx.x; s < all_slots; s += blockDim.x) p.row_of[s] = -1;
+  // The tails are shared out over every thread of the grid (of the CTA, with one CTA).
+  const int thread = cta * blockDim.x + threadIdx.x, threads = ctas * blockDim.x;
+  for (int64_t s = live_slots + thread; s < all_slots; s += threads) p.row_of[s] = -1;
 
   // ---- the padded schedule's per-row expert: the last expert starting at or before r owns r
   //      if r is below its end (earlier experts end before that start).
   if (p.row_expert != nullptr) {
     const int64_t m_cap = layout::m_cap(p.capacity, p.top_k, p.num_experts);
-    for (int64_t r = threadIdx.x; r < m_cap; r += blockDim.x) {
+    for (int64_t r = thread; r < m_cap; r += threads) {
       int first_after = 1, last = num_experts;  // first e with start[e] > r lies in [1, E]
       while (first_after < last) {
         const int mid = (first_after + last) / 2;
@@ -246,10 +316,14 @@ bool valid_shapes(const PermuteParams& p) {
   return layout::m_cap(p.capacity, p.top_k, p.num_experts) < (int64_t{1} << 31);
 }
 
-// Warps of the metadata CTA: as many as fit (table [W][E] + start, end [E] + 32) in 48 KB, <= 32.
-int metadata_warps(int num_experts) {
-  const int w = (kMetadataSmemInts - kWarp) / num_experts - 2;
-  return w < kMetadataMaxWarps ? w : kMetadataMaxWarps;
+// Warps of a metadata CTA: as many as fit its shared tables in 48 KB (table [W][E], then `rows`
+// more rows of E and 32 words), at most `max_warps`.
+int metadata_warps(int num_experts, int rows, int max_warps) {
+  const int w = (kMetadataSmemInts - kWarp) / num_experts - rows;
+  return w < max_warps ? w : max_warps;
+}
+size_t metadata_smem(int warps, int rows, int num_experts) {
+  return (static_cast<size_t>(warps + rows) * num_experts + kWarp) * sizeof(int32_t);
 }
 
 }  // namespace
@@ -258,10 +332,19 @@ cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream)
   if (!valid_shapes(p)) return cudaErrorInvalidValue;
   if (p.counts == nullptr || p.ends == nullptr || p.error_count == nullptr) return cudaErrorInvalidValue;
   if (p.tokens > 0 && (p.topk_ids == nullptr || p.row_of == nullptr)) return cudaErrorInvalidValue;
-  const int warps = metadata_warps(p.num_experts);
+  if (p.metadata_ctas < 1 || p.metadata_ctas > kMetadataMaxCtas) return cudaErrorInvalidValue;
+  if (p.metadata_ctas == 1) {
+    const int warps = metadata_warps(p.num_experts, 2, kMetadataMaxWarps);  // + start, end
+    if (warps < 1) return cudaErrorInvalidValue;
+    permute_metadata_kernel<false><<<1, warps * kWarp, metadata_smem(warps, 2, p.num_experts), stream>>>(p);
+    return cudaGetLastError();
+  }
+  if (p.cta_counts == nullptr) return cudaErrorInvalidValue;
+  const int warps = metadata_warps(p.num_experts, 3, kMetadataGridWarps);  // + start, end, cta_base
   if (warps < 1) return cudaErrorInvalidValue;
-  const size_t smem = (static_cast<size_t>(warps + 2) * p.num_experts + kWarp) * sizeof(int32_t);
-  permute_metadata_kernel<<<1, warps * kWarp, smem, stream>>>(p);
+  permute_count_kernel<<<p.metadata_ctas, warps * kWarp, metadata_smem(warps, 0, p.num_experts), stream>>>(p);
+  FP8MOE_KERNEL_TRY(cudaGetLastError());
+  permute_metadata_kernel<true><<<p.metadata_ctas, warps * kWarp, metadata_smem(warps, 3, p.num_experts), stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -2,9 +2,12 @@
 // the permuted row of every (token, slot), the padded schedule's per-row expert, the invalid-id
 // counter) and the quantization of every input row straight into each permuted FP8 row it feeds.
 //
-// Two kernels, launched in this order on one stream:
-//   permute_metadata   one CTA; deterministic (no atomics decide any order); resets and sets the
-//                      error counter, so every run (and every graph replay) starts from zero.
+// Kernels, launched in this order on one stream:
+//   permute_metadata   deterministic (no atomics decide any order); resets and sets the error
+//                      counter, so every run (and every graph replay) starts from zero. One CTA up
+//                      to kMetadataOneCtaSlots slots of capacity; above, a grid of CTAs over
+//                      contiguous slot ranges, preceded by a count kernel that writes each CTA's
+//                      per-expert counts to a scratch table (two launches, same results).
 //   quantize_permuted  persistent grid; reads row_of[] and writes A1 rows and their scales.
 // Grids depend only on shapes and capacity, never on device data: both are graph-capturable and
 // correct on replay with new routing and *num_tokens.
@@ -36,6 +39,9 @@ struct PermuteParams {
   int32_t* error_count = nullptr;  // int32 [1]      invalid ids of this run
   int32_t* row_of = nullptr;       // int32 [T, k]   permuted row of (t, j), -1 if not routed
   int32_t* row_expert = nullptr;   // optional int32 [m_cap]: expert of each row, -1 in gaps and tail
+  // ---- metadata grid: CTAs of permute_metadata (1, or metadata_ctas(...) with a scratch table)
+  int metadata_ctas = 1;
+  int32_t* cta_counts = nullptr;   // int32 [metadata_ctas, E + 1] when metadata_ctas > 1
   // ---- input quantization
   const void* hidden = nullptr;  // BF16 [T, H]
   layout::ScaleFormat scale_format = layout::ScaleFormat::kFp32;
@@ -43,12 +49,42 @@ struct PermuteParams {
   void* a1_scale = nullptr;      // scales of a1 in scale_format, row stride m_pad
 };
 
+// ---- how the metadata kernels cut the work (host and device; tested against the reference on the CPU)
+// Up to this many slots (capacity * top_k) one CTA of up to 32 warps takes every slot in one batch
+// of 128 per warp; above, a grid does.
+constexpr int64_t kMetadataOneCtaSlots = 4096;
+constexpr int kMetadataMaxCtas = 128;
+constexpr int kMetadataGridSlotsPerCta = 1024;  // 8 warps x one batch of 128 slots each
+// CTAs of permute_metadata for a configuration: 1, or the grid (a pure function of the shapes, so
+// graph-capturable and known to the workspace planner).
+inline int metadata_ctas(int64_t capacity, int top_k) {
+  const int64_t slots = capacity * top_k;
+  if (slots <= kMetadataOneCtaSlots) return 1;
+  const int64_t ctas = layout::ceil_div(slots, kMetadataGridSlotsPerCta);
+  return static_cast<int>(ctas < kMetadataMaxCtas ? ctas : kMetadataMaxCtas);
+}
+// The live slots [0, live) are cut into `ctas` contiguous ranges and each of those into `warps`:
+// the range [lo, hi) of warp `warp` of CTA `cta`. Taken in (cta, warp) order the ranges visit the
+// slots in ascending order, which is what makes rows ascend in (token, slot) inside every expert.
+struct SlotRange {
+  int lo, hi;
+};
+FP8MOE_HD SlotRange metadata_slot_range(int live, int cta, int ctas, int warp, int warps) {
+  const int per_cta = (live + ctas - 1) / ctas;
+  const int cta_lo = cta * per_cta < live ? cta * per_cta : live;
+  const int cta_hi = cta_lo + per_cta < live ? cta_lo + per_cta : live;
+  const int per_warp = (cta_hi - cta_lo + warps - 1) / warps;
+  const int lo = cta_lo + warp * per_warp < cta_hi ? cta_lo + warp * per_warp : cta_hi;
+  return {lo, lo + per_warp < cta_hi ? lo + per_warp : cta_hi};
+}
+
 // Invalid ids: a value other than -1 outside [0, E), or with an expert map outside
 // [0, num_global_experts); also a map entry other than -1 outside [0, E). Only tokens below the
 // live count are looked at. Invalid slots are treated as not routed and counted.
 //
-// Limits: E <= 4085 (the per-warp tables live in 48 KB of shared memory), C * k < 2^30,
-// m_cap < 2^31. Outside them, or with a missing pointer, the launches return cudaErrorInvalidValue.
+// Limits: E <= 4085 (the per-warp tables live in 48 KB of shared memory; the grid's CTAs need one
+// more row, E <= 3064 there), C * k < 2^30, m_cap < 2^31, 1 <= metadata_ctas <= kMetadataMaxCtas.
+// Outside them, or with a missing pointer, the launches return cudaErrorInvalidValue.
 cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream);
 cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream);
 // Both, in order.

@@ -381,6 +381,7 @@ std::vector<Buffer> expected_buffers(const Config& c, const WorkspaceLayout& w) 
       {"a2", w.a2, mcap * I},
       {"a2_scale", w.a2_scale, scale_bytes(I)},
       {"y2", w.y2, mcap * H * 2},
+      {"cta_counts", w.cta_counts, C * k > 4096 ? 4 * std::min<size_t>(128, (C * k + 1023) / 1024) * (E + 1) : 0},
   };
 }
 

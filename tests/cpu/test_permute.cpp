@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <vector>
 
 #include "common/data.hpp"
+#include "kernels/permute.cuh"
 #include "reference/reference.hpp"
 
 namespace fp8moe {
@@ -147,6 +149,108 @@ TEST(Permute, InvalidIdsAreCountedAndIgnored) {
   const auto pm = ref::permute(sm, gids.data(), nullptr, map.data(), G);
   EXPECT_EQ(pm.invalid_ids, 4);  // 8, 6 (-> 7), 7 (-> -3), -4
   check_against_definition(sm, {0, -1, -1, -1, -1, -1, 4, -1}, pm);
+}
+
+// ---- the metadata kernels' work split (kernels/permute.cuh), replayed on the CPU ----------------
+
+// What permute_count + permute_metadata compute when `ctas` CTAs of `warps` warps cut the live slots
+// with metadata_slot_range: per-CTA counts, each CTA's base inside each expert, each warp's first
+// row, then rows in ascending slot order inside every warp's range. ids are local (-1 = not routed).
+struct Emulated {
+  std::vector<int32_t> counts, ends, row_of;
+};
+Emulated emulate_metadata(const ref::Shape& s, const std::vector<int32_t>& ids, int64_t live_tokens, int ctas,
+                          int warps) {
+  const int E = s.num_experts, k = s.top_k;
+  const int live = static_cast<int>(live_tokens * k);
+  auto expert_of = [&](int slot) { return ids[slot] >= 0 && ids[slot] < E ? ids[slot] : -1; };
+  // permute_count: cta_counts[b][e]
+  std::vector<std::vector<int32_t>> cta_counts(ctas, std::vector<int32_t>(E, 0));
+  for (int b = 0; b < ctas; ++b)
+    for (int w = 0; w < warps; ++w) {
+      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
+      for (int slot = r.lo; slot < r.hi; ++slot)
+        if (expert_of(slot) >= 0) ++cta_counts[b][expert_of(slot)];
+    }
+  // permute_metadata<grid>: every CTA derives the same layout
+  Emulated out;
+  out.counts.assign(E, 0);
+  out.ends.assign(E, 0);
+  std::vector<int32_t> start(E);
+  int64_t next = 0;
+  for (int e = 0; e < E; ++e) {
+    for (int b = 0; b < ctas; ++b) out.counts[e] += cta_counts[b][e];
+    start[e] = static_cast<int32_t>(next);
+    out.ends[e] = static_cast<int32_t>(next + out.counts[e]);
+    next = layout::round_up(out.ends[e], 128);
+  }
+  out.row_of.assign(s.tokens * k, -1);
+  for (int b = 0; b < ctas; ++b) {
+    std::vector<int32_t> first(E);  // start_e + base of CTA b, then of each warp in turn
+    for (int e = 0; e < E; ++e) {
+      first[e] = start[e];
+      for (int earlier = 0; earlier < b; ++earlier) first[e] += cta_counts[earlier][e];
+    }
+    for (int w = 0; w < warps; ++w) {
+      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
+      for (int slot = r.lo; slot < r.hi; ++slot)
+        if (expert_of(slot) >= 0) out.row_of[slot] = first[expert_of(slot)]++;
+    }
+  }
+  return out;
+}
+
+TEST(PermuteMetadataSplit, RangesCoverTheLiveSlotsOnceInOrder) {
+  for (int live : {0, 1, 5, 127, 128, 1000, 4097, 32768, 40000})
+    for (int ctas : {1, 2, 3, 7, 32, 128})
+      for (int warps : {1, 3, 8, 32}) {
+        int expected_lo = 0;
+        for (int b = 0; b < ctas; ++b)
+          for (int w = 0; w < warps; ++w) {
+            const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
+            ASSERT_EQ(r.lo, expected_lo) << "live " << live << " ctas " << ctas << " warps " << warps;
+            ASSERT_LE(r.lo, r.hi);
+            expected_lo = r.hi;
+          }
+        EXPECT_EQ(expected_lo, live) << "live " << live << " ctas " << ctas << " warps " << warps;
+      }
+}
+
+TEST(PermuteMetadataSplit, AnyGridGivesTheReferencePermutation) {
+  test::Rng rng(test::fresh_seed());
+  struct Case {
+    int64_t tokens;
+    int experts, top_k;
+  };
+  for (const Case c : {Case{4096, 32, 8}, Case{600, 128, 8}, Case{37, 5, 3}, Case{300, 1, 1}, Case{1, 4, 2}}) {
+    const auto s = shape(c.tokens, c.tokens, c.experts, c.top_k);
+    auto ids = test::random_routing(rng, c.tokens, c.top_k, c.experts);
+    for (auto& id : ids) {
+      if (rng() % 11 == 0) id = -1;                // not routed here
+      else if (rng() % 53 == 0) id = c.experts + 3;  // invalid: ignored
+    }
+    for (int32_t live : {static_cast<int32_t>(c.tokens), static_cast<int32_t>(c.tokens / 3)}) {
+      const ref::Permutation want = ref::permute(s, ids.data(), &live, nullptr, 0);
+      for (int ctas : {1, 2, 5, 32, 128})
+        for (int warps : {1, 8, 32}) {
+          SCOPED_TRACE("T " + std::to_string(c.tokens) + " live " + std::to_string(live) + " ctas " +
+                       std::to_string(ctas) + " warps " + std::to_string(warps));
+          const Emulated got = emulate_metadata(s, ids, live, ctas, warps);
+          ASSERT_EQ(got.counts, want.counts);
+          ASSERT_EQ(got.ends, want.ends);
+          ASSERT_EQ(got.row_of, want.row_of);
+        }
+    }
+  }
+}
+
+TEST(PermuteMetadataSplit, GridOnlyAboveOneCtaOfSlots) {
+  EXPECT_EQ(kernels::metadata_ctas(512, 8), 1);     // 4096 slots: one CTA, one batch per warp
+  EXPECT_EQ(kernels::metadata_ctas(1, 1), 1);
+  EXPECT_EQ(kernels::metadata_ctas(513, 8), 5);     // 4104 slots: ceil(4104 / 1024)
+  EXPECT_EQ(kernels::metadata_ctas(4096, 8), 32);   // the seed prefill case
+  EXPECT_EQ(kernels::metadata_ctas(16384, 8), 128);
+  EXPECT_EQ(kernels::metadata_ctas(1 << 20, 8), kernels::kMetadataMaxCtas);
 }
 
 TEST(Permute, CapacityBelowTokensIsRejected) {

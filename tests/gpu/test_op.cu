@@ -147,10 +147,14 @@ TEST(Op, Qwen3_30B_A3B) {
   check_op({64, 128, 2048, 768, 128, 8}, fp8moe::ScaleFormat::kFp32Pow2, fp8moe::Activation::kSilu);
 }
 
-// Capture run() once per schedule, then change routing and *num_tokens in place and replay.
-TEST(Op, GraphReplayWithChangingRouting) {
+// Above 4096 slots of capacity (C * k) the permutation's metadata runs on a grid of CTAs.
+TEST(Op, PrefillShapeWithMetadataGrid) {
   FP8MOE_REQUIRE_SM90();
-  const ref::Shape shape{96, 96, 256, 256, 8, 4};
+  check_op({600, 640, 256, 256, 16, 8}, fp8moe::ScaleFormat::kFp32, fp8moe::Activation::kSilu);
+}
+
+// Capture run() once per schedule, then change routing and *num_tokens in place and replay.
+void check_graph_replay(const ref::Shape& shape) {
   fp8moe::test::Rng rng(fp8moe::test::fresh_seed());
   MoeProblem p = fp8moe::test::make_problem(rng, shape);
   const auto live_cfg = config_for(shape, fp8moe::Schedule::kLive, fp8moe::ScaleFormat::kFp32, fp8moe::Activation::kSilu);
@@ -177,9 +181,10 @@ TEST(Op, GraphReplayWithChangingRouting) {
     int32_t live_tokens;
     int mode;  // 0 fresh random routing, 1 empty routing, 2 every token to expert 3
   };
-  const Step steps[] = {{"full", 96, 0},         {"fresh routing, 40 live", 40, 0}, {"one live row", 1, 0},
-                        {"empty routing", 96, 1}, {"all on one expert", 96, 2},       {"zero live tokens", 0, 0},
-                        {"full again", 96, 0}};
+  const int32_t T = static_cast<int32_t>(shape.tokens);
+  const Step steps[] = {{"full", T, 0},         {"fresh routing, 5/12 live", T * 5 / 12, 0}, {"one live row", 1, 0},
+                        {"empty routing", T, 1}, {"all on one expert", T, 2},                {"zero live tokens", 0, 0},
+                        {"full again", T, 0}};
   for (const Step& s : steps) {
     SCOPED_TRACE(s.what);
     p.hidden = fp8moe::test::random_bf16(rng, p.hidden.size());
@@ -213,6 +218,16 @@ TEST(Op, GraphReplayWithChangingRouting) {
   }
   for (auto& e : exec) CUDA_OK(cudaGraphExecDestroy(e));
   CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(Op, GraphReplayWithChangingRouting) {
+  FP8MOE_REQUIRE_SM90();
+  check_graph_replay({96, 96, 256, 256, 8, 4});
+}
+
+TEST(Op, GraphReplayWithChangingRoutingMetadataGrid) {  // 4800 slots: 5 metadata CTAs
+  FP8MOE_REQUIRE_SM90();
+  check_graph_replay({600, 600, 256, 256, 16, 8});
 }
 
 // Invalid expert ids are ignored, counted, and never used as an index.

@@ -42,6 +42,16 @@ struct PermuteBuffers {
   }
 };
 
+// The metadata kernel's CTA counts worth testing for a shape: one CTA, the grid the pipeline
+// would take, and a small odd grid (the grid needs E <= 3064, see permute.cuh).
+std::vector<int> metadata_grids(const ref::Shape& s) {
+  std::vector<int> grids{1};
+  if (s.num_experts > 3064) return grids;
+  for (int g : {3, kernels::metadata_ctas(s.capacity, s.top_k)})
+    if (g > 1 && std::find(grids.begin(), grids.end(), g) == grids.end()) grids.push_back(g);
+  return grids;
+}
+
 kernels::PermuteParams make_params(const ref::Shape& s, ScaleFormat f, const Routing& r, const int32_t* d_ids,
                                    const int32_t* d_num_tokens, const int32_t* d_map, const uint16_t* d_hidden,
                                    PermuteBuffers& b) {
@@ -77,18 +87,25 @@ void check_permute(const ref::Shape& s, const Routing& r, const std::vector<uint
   Uploaded<int32_t> d_ids(r.ids), d_map(r.expert_map), d_num_tokens(std::vector<int32_t>{r.num_tokens});
   Uploaded<uint16_t> d_hidden(hidden);
 
+  const std::vector<int> grids = metadata_grids(s);
+  DeviceBuffer<int32_t> cta_counts(kernels::kMetadataMaxCtas * (s.num_experts + 1));
   for (ScaleFormat f : kAllFormats) {
     PermuteBuffers b(s, f);
     for (uint8_t poison : kPoisons) {
-      SCOPED_TRACE(std::string("format ") + format_name(f) + ", poison " + hex_bits(poison));
+      // Every format and poison once; the metadata grids take turns (each also meets every poison).
+      const int grid = grids[(static_cast<int>(f) + (poison != kPoisons[0])) % grids.size()];
+      SCOPED_TRACE(std::string("format ") + format_name(f) + ", poison " + hex_bits(poison) + ", metadata CTAs " +
+                   std::to_string(grid));
       std::vector<uint8_t> want_a1(b.a1.count, poison);
       std::vector<int32_t> want_scale(b.a1_scale.count, poison_word(poison));
       ref::quantize_permuted(s, want, hidden.data(), f, want_a1.data(), want_scale.data());
       clear_missing_ue8m0_bytes(f, want_scale, want.m_pad, H, live_rows);
 
       b.poison(poison);
-      const kernels::PermuteParams p =
-          make_params(s, f, r, d_ids.ptr, d_num_tokens.ptr, d_map.ptr, d_hidden.ptr, b);
+      cta_counts.poison(poison);
+      kernels::PermuteParams p = make_params(s, f, r, d_ids.ptr, d_num_tokens.ptr, d_map.ptr, d_hidden.ptr, b);
+      p.metadata_ctas = grid;
+      p.cta_counts = cta_counts.ptr;
       CUDA_OK(kernels::launch_permute(p, nullptr));
       CUDA_OK(cudaDeviceSynchronize());
 
@@ -210,12 +227,20 @@ TEST(Permute, ErrorCounterResetsEachRun) {
   Uploaded<uint16_t> d_hidden(random_rows(rng, s.tokens, s.hidden));
   PermuteBuffers b(s, ScaleFormat::kFp32);
   b.poison(0x7F);
-  for (int round = 0; round < 2; ++round) {
+  DeviceBuffer<int32_t> cta_counts(3 * (s.num_experts + 1));
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
     const ScaleFormat f = ScaleFormat::kFp32;
-    CUDA_OK(kernels::launch_permute(make_params(s, f, bad, d_bad.ptr, nullptr, nullptr, d_hidden.ptr, b), nullptr));
+    auto params = [&](const Routing& r, const int32_t* ids) {
+      kernels::PermuteParams p = make_params(s, f, r, ids, nullptr, nullptr, d_hidden.ptr, b);
+      p.metadata_ctas = round < 2 ? 1 : 3;  // the one-CTA kernel, then a grid of 3
+      p.cta_counts = cta_counts.ptr;
+      return p;
+    };
+    CUDA_OK(kernels::launch_permute(params(bad, d_bad.ptr), nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(b.error.download()[0], bad_count);
-    CUDA_OK(kernels::launch_permute(make_params(s, f, good, d_good.ptr, nullptr, nullptr, d_hidden.ptr, b), nullptr));
+    CUDA_OK(kernels::launch_permute(params(good, d_good.ptr), nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(b.error.download()[0], 0);
   }
@@ -264,7 +289,19 @@ TEST(Permute, RejectsBadShapes) {
   p.top_k = 1;
   p.topk_ids = p.counts = p.ends = p.error_count = p.row_of = buf.ptr;
   EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
+  p.num_experts = 3065;  // too many for a CTA of the metadata grid (one CTA takes it)
+  p.metadata_ctas = 2;
+  p.cta_counts = buf.ptr;
+  EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
   p.num_experts = 4;
+  p.cta_counts = nullptr;  // a grid without its scratch table
+  EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
+  p.metadata_ctas = kernels::kMetadataMaxCtas + 1;
+  p.cta_counts = buf.ptr;
+  EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
+  p.metadata_ctas = 0;
+  EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
+  p.metadata_ctas = 1;
   p.hidden_size = 100;  // not a multiple of 128
   EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
