@@ -41,6 +41,7 @@
 #include "bench/bench_common.cuh"
 #include "bench/fp8moe_bench_act.hpp"
 #include "bench/fp8moe_bench_cupti.hpp"
+#include "bench/gpu_telemetry.hpp"
 #include "api/internal.hpp"  // detail::act_params
 #include "fp8moe/fp8moe.hpp"
 #include "reference/reference.hpp"
@@ -454,6 +455,7 @@ struct ArmResult {
   Stats event;  // CUDA events around cudaGraphLaunch, microseconds
   std::vector<std::string> roles;             // kernel roles in launch order
   std::map<std::string, double> kernel_us;    // role -> median duration
+  double sm_clock_mhz = NAN, power_w = NAN;   // medians of NVML readings during the timed replays
 };
 
 struct CaseResult {
@@ -474,6 +476,7 @@ struct Device {  // everything shared by the cases
   float *w13_scale = nullptr, *w2_scale = nullptr;
   std::vector<cudaEvent_t> events;  // 2 per replay of the largest round
   std::string cupti_warning;        // first correlation-id disagreement seen, if any
+  fp8moe::bench::GpuTelemetry* telemetry = nullptr;  // SM clock and power during the rounds
 };
 
 template <typename T>
@@ -599,6 +602,7 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
   // Timed rounds: padded, live, padded, live; each replay after an L2 flush, one batch per round.
   std::vector<double> samples[2], event_us[2];
   std::map<std::string, std::vector<double>> kernel_us[2];
+  fp8moe::bench::TelemetrySamples telemetry[2];
   const int order[4] = {kPadded, kLive, kPadded, kLive};
   for (int round = 0; round < 4; ++round) {
     const int arm = order[round];
@@ -607,6 +611,7 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     char what[96];
     std::snprintf(what, sizeof what, "round %d/4: %s, %d replays", round + 1, kArmName[arm], n);
     progress(what);
+    dev.telemetry->start();
     for (int s = 0; s < n; ++s) {
       dev.flush->run(dev.stream);
       BENCH_CUDA(cudaEventRecord(dev.events[2 * s], dev.stream));
@@ -614,6 +619,7 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
       BENCH_CUDA(cudaEventRecord(dev.events[2 * s + 1], dev.stream));
     }
     BENCH_CUDA(cudaStreamSynchronize(dev.stream));
+    dev.telemetry->stop(&telemetry[arm]);
     BENCH_CUDA(cudaGetLastError());
     std::vector<double> ev(n);
     for (int s = 0; s < n; ++s) {
@@ -649,6 +655,9 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     res.arm[arm].span = fp8moe::bench::stats_of(samples[arm]);
     res.arm[arm].event = fp8moe::bench::stats_of(event_us[arm]);
     for (const auto& [role, v] : kernel_us[arm]) res.arm[arm].kernel_us[role] = fp8moe::bench::stats_of(v).median;
+    auto median = [](const std::vector<double>& v) { return v.empty() ? NAN : fp8moe::bench::stats_of(v).median; };
+    res.arm[arm].sm_clock_mhz = median(telemetry[arm].sm_clock_mhz);
+    res.arm[arm].power_w = median(telemetry[arm].power_w);
   }
 
   // Outputs of the last replay of each arm (same inputs): bitwise on the T live rows.
@@ -752,14 +761,35 @@ void print_tables(const Options& opt, const std::vector<CaseResult>& results, bo
                 r.have_bitwise ? (r.bitwise_equal ? "equal" : "DIFFER") : "-",
                 opt.check ? ("  " + fmt("%.3g", r.check_rel_err)).c_str() : "");
   }
+  bool telemetry = false;
+  for (const auto& r : results)
+    for (const ArmResult& a : r.arm) telemetry |= a.ran && std::isfinite(a.sm_clock_mhz);
+  if (telemetry) {
+    std::printf("\nSM clock and board power during the timed replays (NVML, medians; 700 W is the H200's limit)\n");
+    std::printf("%-10s %-7s %8s %8s\n", "C/T", "arm", "SM MHz", "W");
+    for (const auto& r : results)
+      for (int arm : {kPadded, kLive}) {
+        const ArmResult& a = r.arm[arm];
+        if (!a.ran) continue;
+        char label[32];
+        std::snprintf(label, sizeof label, "%lld/%lld", static_cast<long long>(r.c.capacity),
+                      static_cast<long long>(r.c.tokens));
+        std::printf("%-10s %-7s %8s %8s\n", label, kArmName[arm], fmt("%.0f", a.sm_clock_mhz).c_str(),
+                    fmt("%.0f", a.power_w).c_str());
+      }
+  }
   if (!cupti) return;
   std::printf("\nper-kernel medians (us, CUPTI); sum = sum of the medians, span = median replay span\n");
   std::printf("%-10s %-7s", "C/T", "arm");
-  const std::vector<std::string>* roles = nullptr;
+  // Cases may launch different kernels (the permutation's metadata takes one or two launches): a
+  // column for every role seen, in launch order.
+  std::vector<std::string> all_roles;
   for (const auto& r : results)
-    for (int arm = 0; arm < 2 && !roles; ++arm)
-      if (r.arm[arm].ran) roles = &r.arm[arm].roles;
-  if (!roles) return;
+    for (int arm = 0; arm < 2; ++arm)
+      for (const auto& role : r.arm[arm].roles)
+        if (std::find(all_roles.begin(), all_roles.end(), role) == all_roles.end()) all_roles.push_back(role);
+  if (all_roles.empty()) return;
+  const std::vector<std::string>* roles = &all_roles;
   auto width = [](const std::string& role) { return static_cast<int>(std::max<size_t>(9, role.size())); };
   for (const auto& role : *roles) std::printf(" %*s", width(role), role.c_str());
   std::printf(" %9s %9s\n", "sum", "span");
@@ -790,7 +820,8 @@ std::string json_stats(const ArmResult& a) {
   if (!a.ran) return "null";
   return "{\"median_us\": " + json_num(a.span.median) + ", \"p10_us\": " + json_num(a.span.p10) +
          ", \"p90_us\": " + json_num(a.span.p90) + ", \"min_us\": " + json_num(a.span.min) +
-         ", \"samples\": " + std::to_string(a.span.samples) + ", \"event_median_us\": " + json_num(a.event.median) + "}";
+         ", \"samples\": " + std::to_string(a.span.samples) + ", \"event_median_us\": " + json_num(a.event.median) +
+         ", \"sm_clock_MHz\": " + json_num(a.sm_clock_mhz, 0) + ", \"power_W\": " + json_num(a.power_w, 0) + "}";
 }
 std::string json_kernels(const ArmResult& a) {
   if (!a.ran || a.kernel_us.empty()) return "null";
@@ -904,6 +935,12 @@ int run_gpu(const Options& opt, const std::string& command) {
   BENCH_CUDA(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   fp8moe::bench::L2Flush flush;
   dev.flush = &flush;
+  int cuda_device = 0;
+  BENCH_CUDA(cudaGetDevice(&cuda_device));
+  fp8moe::bench::GpuTelemetry telemetry(cuda_device);
+  dev.telemetry = &telemetry;
+  if (!telemetry.available())
+    std::fprintf(stderr, "fp8moe-bench: NVML (libnvidia-ml.so.1) not usable: no SM clock or power in the results\n");
   dev.events.resize(2 * ((opt.samples + 1) / 2));
   for (auto& e : dev.events) BENCH_CUDA(cudaEventCreate(&e));
   std::string error;

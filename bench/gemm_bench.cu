@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"
+#include "bench/gpu_telemetry.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "layout/layout.cuh"
 #include "tests/common/data.hpp"
@@ -32,6 +33,9 @@ struct Preset {
 constexpr Preset kPresets[] = {{"deepseek-v3-ep8", 32, 7168, 2048, 8},
                                {"qwen3-30b-a3b", 128, 2048, 768, 8},
                                {"qwen3-235b-a22b", 128, 4096, 1536, 8}};
+
+// A JSON number, or null when not measured.
+std::string json_int(double v) { return std::isfinite(v) ? std::to_string(static_cast<long long>(std::lround(v))) : "null"; }
 
 // Rows per expert of uniform random top-k routing (k distinct experts per token).
 std::vector<int32_t> route_counts(int tokens, int experts, int topk, fp8moe::test::Rng& rng) {
@@ -120,6 +124,7 @@ int main(int argc, char** argv) {
   bench::fill_random_f32(w2s, size_t(E) * (H / 128) * (I / 128), 4, 1e-3f, 1e-2f);
 
   bench::L2Flush flush;
+  bench::GpuTelemetry telemetry(dev);
   cudaEvent_t ev0, ev1;
   BENCH_CUDA(cudaEventCreate(&ev0));
   BENCH_CUDA(cudaEventCreate(&ev1));
@@ -130,8 +135,8 @@ int main(int argc, char** argv) {
                  "\"cases\": [",
                  prop.name, pre->name, read_tbps, fp8_tflops);
 
-  std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s\n", "case", "gemm", "arm", "median_us", "p10_us",
-              "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup");
+  std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s\n", "case", "gemm", "arm", "median_us",
+              "p10_us", "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup", "SM_MHz", "W");
   bool first_json = true;
   for (const auto& c : cases) {
     const auto counts = route_counts(c.tokens, E, K, rng);
@@ -185,11 +190,13 @@ int main(int argc, char** argv) {
                      info.block_n);
       }
       std::vector<double> us[2];
+      bench::TelemetrySamples tele[2];  // NVML readings while each arm's samples run
       for (int round = 0; round < 4; ++round) {
         const int arm = round % 2;  // 0 padded, 1 live
         if (!run_arm[arm]) continue;
         args.schedule = arm == 0 ? layout::Schedule::kPadded : layout::Schedule::kLive;
         args.d = arm == 0 ? d_pad : d_live;
+        telemetry.start();
         for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
           flush.run(nullptr);
           BENCH_CUDA(cudaEventRecord(ev0));
@@ -200,6 +207,7 @@ int main(int argc, char** argv) {
           BENCH_CUDA(cudaEventElapsedTime(&ms, ev0, ev1));
           if (!(round < 2 && s == 0)) us[arm].push_back(ms * 1e3);
         }
+        telemetry.stop(&tele[arm]);
       }
       // Bitwise check of the arms on live rows.
       std::vector<uint16_t> hl(m_cap * n), hp(m_cap * n);
@@ -216,13 +224,20 @@ int main(int argc, char** argv) {
       const Stats sp = bench::stats_of(us[0]), sl = bench::stats_of(us[1]);
       char label[32];
       std::snprintf(label, sizeof label, "%d/%d", c.capacity, c.tokens);
+      double mhz[2], watts[2];
+      for (int arm = 0; arm < 2; ++arm) {
+        mhz[arm] = tele[arm].sm_clock_mhz.empty() ? NAN : bench::stats_of(tele[arm].sm_clock_mhz).median;
+        watts[arm] = tele[arm].power_w.empty() ? NAN : bench::stats_of(tele[arm].power_w).median;
+      }
       for (int arm = 0; arm < 2; ++arm) {
         if (!run_arm[arm]) continue;
         const Stats& st = arm == 0 ? sp : sl;
-        std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s\n", label, g == 0 ? "gemm1" : "gemm2",
-                    arm == 0 ? "padded" : "live", st.median, st.p10, st.p90, flops / (st.median * 1e-6) / 1e12,
-                    wbytes / (st.median * 1e-6) / 1e12, floor_us, st.median / floor_us,
-                    arm == 1 && run_arm[0] ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "");
+        std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s %7.0f %5.0f\n", label,
+                    g == 0 ? "gemm1" : "gemm2", arm == 0 ? "padded" : "live", st.median, st.p10, st.p90,
+                    flops / (st.median * 1e-6) / 1e12, wbytes / (st.median * 1e-6) / 1e12, floor_us,
+                    st.median / floor_us,
+                    arm == 1 && run_arm[0] ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "",
+                    mhz[arm], watts[arm]);
       }
       if (!equal && run_arm[0] && run_arm[1]) std::printf("  !! live and padded differ on live rows\n");
 #if FP8MOE_GEMM_TRACE
@@ -248,11 +263,14 @@ int main(int argc, char** argv) {
       if (js) {
         std::fprintf(js,
                      "%s{\"capacity\": %d, \"tokens\": %d, \"gemm\": %d, \"n\": %d, \"k\": %d, \"live_rows\": %lld, "
-                     "\"touched_experts\": %d, \"padded\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, "
-                     "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, \"floor_us\": %.2f, "
+                     "\"touched_experts\": %d, \"padded\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f, "
+                     "\"sm_clock_MHz\": %s, \"power_W\": %s}, "
+                     "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f, \"sm_clock_MHz\": %s, "
+                     "\"power_W\": %s}, \"floor_us\": %.2f, "
                      "\"bitwise_equal\": %s}",
                      first_json ? "" : ", ", c.capacity, c.tokens, g + 1, n, k, static_cast<long long>(live_rows),
-                     touched, sp.median, sp.p10, sp.p90, sl.median, sl.p10, sl.p90, floor_us,
+                     touched, sp.median, sp.p10, sp.p90, json_int(mhz[0]).c_str(), json_int(watts[0]).c_str(), sl.median,
+                     sl.p10, sl.p90, json_int(mhz[1]).c_str(), json_int(watts[1]).c_str(), floor_us,
                      !(run_arm[0] && run_arm[1]) ? "null" : equal ? "true" : "false");
         first_json = false;
       }
