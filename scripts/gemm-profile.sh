@@ -12,7 +12,8 @@
 # VARIANT is a build: default, no-math (-DFP8MOE_GEMM_ABLATE=2: TMA ring and barriers only),
 # no-loads (-DFP8MOE_GEMM_ABLATE=3: math on stale shared memory), timeline (-DFP8MOE_GEMM_TRACE=1).
 # +ENV=VALUE runs it with that environment variable, e.g. default+FP8MOE_GEMM_CLUSTER=2.
-# Default variants: default no-loads no-math default+FP8MOE_GEMM_CLUSTER=2 timeline.
+# Default variants: default no-loads no-math default+FP8MOE_GEMM_CLUSTER=2 default+FP8MOE_GEMM_CLUSTER=2m
+# timeline.
 # Builds go to PROFILE_BUILDS/<variant>/ (default build-profile); a folder that already holds
 # bench/fp8moe-gemm-bench (e.g. built on the dev machine and carried) is used as it is:
 #   cmake -S . -B build-profile/no-math -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
@@ -27,7 +28,8 @@ GEMM=${GEMM:-1}
 SAMPLES=${SAMPLES:-1200}
 BUILDS=${PROFILE_BUILDS:-build-profile}
 variants=("$@")
-[[ ${#variants[@]} -eq 0 ]] && variants=(default no-loads no-math default+FP8MOE_GEMM_CLUSTER=2 timeline)
+[[ ${#variants[@]} -eq 0 ]] &&
+  variants=(default no-loads no-math default+FP8MOE_GEMM_CLUSTER=2 default+FP8MOE_GEMM_CLUSTER=2m timeline)
 work=$OUT/gemm-profile
 mkdir -p "$work"
 export PATH="$PATH:/usr/local/cuda/bin"

@@ -12,6 +12,11 @@
 
 namespace fp8moe::gemm {
 
+// 2-CTA cluster variants of the SM90 kernel (for tests and experiments; run() leaves kAuto, which
+// means single CTAs unless FP8MOE_GEMM_CLUSTER=2 (pairs along N, sharing A) or =2m (pairs along M,
+// sharing B; live schedule only) is set).
+enum class GemmCluster : int { kAuto = 0, kSingle = 1, kPairN = 2, kPairM = 3 };
+
 struct GroupedGemmArgs {
   const uint8_t* a = nullptr;     // FP8 E4M3 [m_cap, k]
   const float* a_scale = nullptr; // FP32 [k/128, m_pad]
@@ -26,6 +31,7 @@ struct GroupedGemmArgs {
   int k = 0;                      // multiple of 128
   int num_experts = 0;
   layout::Schedule schedule = layout::Schedule::kLive;
+  GemmCluster cluster = GemmCluster::kAuto;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
@@ -36,9 +42,10 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& args, cudaStream_t
 // The launch shape sm90_fp8_grouped_gemm_1d2d uses for `args` (for benchmarks and notes).
 struct GemmLaunchInfo {
   int ctas = 0;
-  int cluster = 0;
+  int cluster = 0;  // CTAs per cluster
   int stages = 0;
   int block_n = 0;
+  bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 
@@ -51,10 +52,10 @@ int sm_count() {
   return n;
 }
 
-template <int kBlockN, int kStages, int kCluster, bool kLive>
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
 struct Launcher {
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
-  static constexpr auto kernel = sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive>;
+  static constexpr auto kernel = sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>;
 
   static cudaLaunchConfig_t config(cudaLaunchAttribute* cluster, cudaStream_t stream) {
     cudaLaunchConfig_t c{};
@@ -96,7 +97,7 @@ struct Launcher {
     c.gridDim = dim3(ctas);
     return cudaLaunchKernelEx(&c, kernel, params);
   }
-  static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN}; }
+  static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN, kPairM}; }
 };
 
 // Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
@@ -118,23 +119,36 @@ int block_n_for(const GroupedGemmArgs& a) {
   return a.m_cap / a.num_experts > 512 ? 192 : 128;
 }
 
-// 2-CTA clusters that share A (multicast) are opt-in through FP8MOE_GEMM_CLUSTER=2: measured on the
-// H200 they did not beat single CTAs (docs/perf-notes.md), so single CTAs are the default.
-// They need an even number of N-blocks per expert (a pair never straddles two experts).
+// 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between
+// N-neighbours measured +3-5% at 4096/4096 but mixed elsewhere, and sharing B between M-neighbours
+// is not measured yet (docs/perf-notes.md), so single CTAs are the default. N-pairs need an even
+// number of N-blocks per expert (a pair never straddles two experts); M-pairs work for any N and
+// the live schedule only (the padded baseline then runs N-pairs or single CTAs).
+GemmCluster cluster_for(const GroupedGemmArgs& a) {
+  static const GemmCluster from_env = [] {
+    const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
+    if (v == nullptr) return GemmCluster::kSingle;
+    if (!std::strcmp(v, "2") || !std::strcmp(v, "2n")) return GemmCluster::kPairN;
+    if (!std::strcmp(v, "2m")) return GemmCluster::kPairM;
+    return GemmCluster::kSingle;
+  }();
+  const GemmCluster c = a.cluster == GemmCluster::kAuto ? from_env : a.cluster;
+  return c == GemmCluster::kPairM && a.schedule != layout::Schedule::kLive ? GemmCluster::kSingle : c;
+}
+
 template <typename F>
 auto dispatch(const GroupedGemmArgs& a, F&& f) {
-  static const bool clusters_allowed = [] {
-    const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
-    return v != nullptr && std::atoi(v) == 2;
-  }();
+  const GemmCluster cluster = cluster_for(a);
   const bool live = a.schedule == layout::Schedule::kLive;
   if (block_n_for(a) == 192) {  // live only
     constexpr int kN = 192, kS = stages_for(192);
-    const bool pair = clusters_allowed && (a.n + kN - 1) / kN % 2 == 0;
+    if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
+    const bool pair = cluster == GemmCluster::kPairN && (a.n + kN - 1) / kN % 2 == 0;
     return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
   }
   constexpr int kN = 128, kS = stages_for(128);
-  const bool pair = clusters_allowed && a.n % (2 * kN) == 0;
+  if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
+  const bool pair = cluster == GemmCluster::kPairN && a.n % (2 * kN) == 0;
   if (live) return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
   return pair ? f(Launcher<kN, kS, 2, false>{}) : f(Launcher<kN, kS, 1, false>{});
 }
@@ -157,6 +171,8 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   ok = ok &&
       encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
                 block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,
+                a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return cudaErrorInvalidValue;

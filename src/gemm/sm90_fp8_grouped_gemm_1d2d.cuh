@@ -19,6 +19,11 @@
 // rows): each CTA multicasts one 64-row half of the shared A block into both CTAs, so each CTA
 // pulls 8 KB less per k-block. Every consumer warp then releases a stage in both CTAs (either CTA
 // may overwrite the peer's A), and the CTAs meet at a cluster barrier before exiting.
+// kPairM (live only) pairs M-neighbours instead: the two CTAs take the two 128-row halves of a
+// 256-row block of one expert and share B, each multicasting one BN/2-row half of it (12 KB less
+// per CTA and k-block at BN = 192, against 8 KB for sharing A). A CTA whose half has no live row
+// (an expert's odd last 128 rows) loads no A, does no math and stores nothing, but still sends its
+// half of B and releases every stage.
 //
 // The tile schedule (live or padded) is a template parameter; both share this mainloop, so live
 // rows come out bit-identical between the two.
@@ -64,6 +69,7 @@ struct Sm90GemmParams {
   const int32_t* row_expert;
   int64_t m_cap;
   int n, k, num_experts;
+  CUtensorMap map_b_half;  // as map_b with box BN/2 x 128 (kPairM clusters)
 };
 
 #if FP8MOE_GEMM_TRACE
@@ -91,15 +97,18 @@ struct Sm90GemmConfig {
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
-template <int kBlockN, int kStages, int kCluster, bool kLive>
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
 __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-  // The scheduler hands out cluster tiles kCluster * kBlockN wide; CTA `rank` takes its slice.
+  static_assert(!kPairM || (kCluster == 2 && kLive), "M-pairs: 2-CTA clusters, live schedule");
+  // The scheduler hands out cluster tiles, kCluster * kBlockN wide (N-pairs) or kCluster * 128 rows
+  // high (M-pairs); CTA `rank` takes its slice.
+  constexpr int kClusterM = kPairM ? kCluster : 1, kClusterN = kPairM ? 1 : kCluster;
   using Scheduler =
-      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM, kBlockN * kCluster>,
+      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN>,
                                 sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
 
   extern __shared__ uint8_t smem_raw[];
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
 
   if (threadIdx.x == 256) {
     for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
-    ptx::prefetch_tensormap(&p.map_b);
+    ptx::prefetch_tensormap(kPairM ? &p.map_b_half : &p.map_b);
     ptx::prefetch_tensormap(&p.map_sfa);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], 1);
@@ -150,11 +159,15 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       sched::TileInfo t;
       for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
-        const int32_t b_row = t.expert * p.n + t.n_col + rank * kBlockN;
+        if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
+        // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
+        const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
         const int live_rows = t.row_end - t.m_row;
+        const bool cta_live = !kPairM || live_rows > 0;  // M-pairs: this CTA's 128 rows hold live rows
         const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
         const CUtensorMap* map_a = &p.map_a[box];
-        const uint32_t stage_bytes = a_box_rows(box) * Cfg::kBlockK + Cfg::kBBytes + Cfg::kSfaBytes;
+        const uint32_t stage_bytes =
+            (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
         for (int kb = 0; kb < num_kb; ++kb) {
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
           if (FP8MOE_GEMM_ABLATE == 3) {
@@ -166,16 +179,27 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
             continue;
           }
           ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
-          if constexpr (kCluster == 1)
-            ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row, pol_a);
-          else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
-            ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
-                                       &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
-          else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
-            ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
-                                       t.m_row, (1u << kCluster) - 1);
-          ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, &p.map_b, &full[stage], kb * Cfg::kBlockK, b_row);
-          ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
+          if constexpr (kPairM) {
+            if (cta_live) {
+              ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
+                                    pol_a);
+              ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
+            }
+            ptx::tma_load_2d_multicast(smem_b + stage * Cfg::kBBytes + rank * (kBlockN / 2) * Cfg::kBlockK,
+                                       &p.map_b_half, &full[stage], kb * Cfg::kBlockK, b_row, (1u << kCluster) - 1);
+          } else {
+            if constexpr (kCluster == 1)
+              ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
+                                    pol_a);
+            else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
+              ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
+                                         &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
+            else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
+              ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
+                                         t.m_row, (1u << kCluster) - 1);
+            ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, &p.map_b, &full[stage], kb * Cfg::kBlockK, b_row);
+            ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
+          }
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1u;
@@ -217,7 +241,13 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
 #if FP8MOE_GEMM_TRACE
       trace_time(traced++);
 #endif
-      t.n_col += rank * kBlockN;
+      if constexpr (kPairM) {  // this CTA's 128 rows of the 256-row block
+        t.m_row += rank * Cfg::kBlockM;
+        t.live_half[0] = t.m_row < t.row_end;
+        t.live_half[1] = t.m_row + Cfg::kBlockM / 2 < t.row_end;
+      } else {
+        t.n_col += rank * kBlockN;
+      }
       // A live tile with 17..64 live rows gives both warpgroups work: each takes one 64-column
       // half of rows [0, 64) instead of warpgroup 1 idling (128-wide live kernel; the padded
       // baseline keeps the DeepGEMM layout). Measured on the H200: 512/512 GEMMs -5..-10%; with

@@ -5,8 +5,10 @@
 // - LiveTileScheduler reads the prefix-sum layout ends[] (staged in shared memory with a prefix
 //   of live tiles per expert, so moving to a tile's expert costs one shared load per expert
 //   passed instead of a chain of dependent global loads and arithmetic) and enumerates only the
-//   ceil(n_e / 128) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end the
-//   walk, so nothing past an expert's last live tile is ever loaded or stored.
+//   ceil(n_e / BLOCK_M) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end
+//   the walk, so nothing past an expert's last live tile is ever loaded or stored. BLOCK_M is 128
+//   or, for clusters of M-neighbours, a multiple of it; experts still start on 128-row boundaries,
+//   and TileInfo describes the block's first 128 rows.
 // - PaddedTileScheduler is the baseline engines run today: every 128-row tile of M_cap, the
 //   expert taken from the per-row index of the tile's first row. A tile whose first row is padding
 //   (-1) still streams its A rows and expert 0's weights (as DeepGEMM's contiguous m_indices mode
@@ -46,7 +48,8 @@ __device__ __forceinline__ void raster(int64_t local, int num_m, int num_n, int&
 
 template <int kBlockM, int kBlockN>
 struct LiveTileScheduler {
-  static_assert(kBlockM == layout::kTileM, "experts are aligned to the 128-row tile");
+  static_assert(kBlockM % layout::kTileM == 0, "experts are aligned to the 128-row tile");
+  static constexpr int kAlign = layout::kTileM;
 
   const int32_t* ends;      // shared [E]: the prefix-sum layout
   const int32_t* tile_end;  // shared [E]: live tiles of experts 0..e (inclusive prefix)
@@ -69,7 +72,7 @@ struct LiveTileScheduler {
       const int e = e0 + lane;
       int tiles = 0;
       if (e < num_experts) {
-        const int start = e == 0 ? 0 : (ends_smem[e - 1] + kBlockM - 1) / kBlockM * kBlockM;
+        const int start = e == 0 ? 0 : (ends_smem[e - 1] + kAlign - 1) / kAlign * kAlign;
         tiles = (ends_smem[e] - start + kBlockM - 1) / kBlockM * num_n;
       }
       int inclusive = tiles;
@@ -97,7 +100,7 @@ struct LiveTileScheduler {
     while (expert < num_experts && tile_end[expert] <= id) ++expert;
     if (expert == num_experts) return false;
     const int first_id = expert == 0 ? 0 : tile_end[expert - 1];
-    const int start = expert == 0 ? 0 : (ends[expert - 1] + kBlockM - 1) / kBlockM * kBlockM;
+    const int start = expert == 0 ? 0 : (ends[expert - 1] + kAlign - 1) / kAlign * kAlign;
     const int end = ends[expert];
     int m, n;
     raster(id - first_id, (end - start + kBlockM - 1) / kBlockM, num_n, m, n);
@@ -106,7 +109,7 @@ struct LiveTileScheduler {
     t.n_col = n * kBlockN;
     t.row_end = end;
     t.live_half[0] = t.m_row < end;
-    t.live_half[1] = t.m_row + kBlockM / 2 < end;
+    t.live_half[1] = t.m_row + kAlign / 2 < end;
     return true;
   }
 };

@@ -16,6 +16,7 @@
 
 namespace {
 
+using fp8moe::gemm::GemmCluster;
 using fp8moe::gemm::GroupedGemmArgs;
 using fp8moe::layout::Schedule;
 using fp8moe::test::DeviceBuffer;
@@ -35,6 +36,7 @@ struct GemmCase {
   int n, k;
   std::vector<int32_t> counts;  // live rows per expert
   int64_t extra_tail_tiles = 1;  // dead 128-row tiles after the last expert (capacity slack)
+  GemmCluster cluster = GemmCluster::kAuto;  // kernel variant of the live run
 };
 
 struct GemmRun {
@@ -97,9 +99,15 @@ void run_case(const GemmCase& c, GemmRun& r) {
   args.num_experts = num_experts;
   args.d = d_live.ptr;
   args.schedule = Schedule::kLive;
+  args.cluster = c.cluster;
+  if (c.cluster == GemmCluster::kPairM) {  // the variant asked for is the one that runs
+    const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
+    EXPECT_TRUE(info.cluster == 2 && info.pair_m) << "M-pair clusters not selected";
+  }
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   args.d = d_padded.ptr;
   args.schedule = Schedule::kPadded;
+  args.cluster = GemmCluster::kAuto;
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   r.live = d_live.download();
@@ -198,6 +206,21 @@ TEST(Sm90GroupedGemm, PrefillTileWidthsMatchPadded) {
   check_case({4096, 1024, {700, 1, 650, 0}, 4});
   check_case({7168, 512, {600, 700}, 2});
   check_case({640, 384, {1100, 5}, 1});
+}
+
+// 2-CTA clusters (opt-in): N-neighbours sharing A, M-neighbours sharing B. Experts with an odd
+// number of 128-row tiles leave the second CTA of their last M-pair without rows (it only sends
+// its half of B); decode shapes leave it idle on every tile. Both widths, both still bit-identical
+// to the single-CTA padded baseline and within tolerance of the reference.
+TEST(Sm90GroupedGemm, ClusterPairsMatchSingleCtas) {
+  FP8MOE_REQUIRE_SM90();
+  for (GemmCluster cluster : {GemmCluster::kPairN, GemmCluster::kPairM}) {
+    SCOPED_TRACE(cluster == GemmCluster::kPairN ? "pairs along N" : "pairs along M");
+    check_case({4096, 1024, {700, 1, 650, 0}, 4, cluster});        // 192 wide
+    check_case({640, 384, {1100, 5, 300}, 1, cluster});            // 192 wide, partial last N tile
+    check_case({256, 512, {0, 1, 129, 256, 0, 64, 385}, 1, cluster});  // 128 wide
+    check_case({7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}, 1, cluster});   // decode: one M tile per expert
+  }
 }
 
 TEST(Sm90GroupedGemm, Qwen3_30B_Shapes) {  // E=128, H=2048, I=768
