@@ -9,7 +9,9 @@
 #   cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build build-gpu -j
 # The test binaries are run directly rather than through ctest, because CTest files hold the dev
 # machine's absolute paths. Without test binaries the script tries to build here (needs GoogleTest).
-# Everything it writes goes to OUT (default ./gpu-out).
+# Everything it writes goes to OUT (default ./gpu-out). PACK_TO=FILE also packs OUT into one
+# tarball at the end (the device tool brings back only a few files of a run), e.g.
+#   OUT=/tmp/gpu-check PACK_TO=$OUT/gpu-check.tgz BUILD_DIR=... scripts/gpu-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -144,4 +146,7 @@ for i in "${!names[@]}"; do
   printf '  %-32s %s\n' "${names[$i]}" "${results[$i]}"
   [[ ${results[$i]} == FAIL ]] && failed=1
 done
+if [[ -n ${PACK_TO:-} ]]; then
+  tar czf "$PACK_TO" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "packed $OUT into $PACK_TO"
+fi
 exit $failed
