@@ -146,7 +146,9 @@ for i in "${!names[@]}"; do
   printf '  %-32s %s\n' "${names[$i]}" "${results[$i]}"
   [[ ${results[$i]} == FAIL ]] && failed=1
 done
-if [[ -n ${PACK_TO:-} ]]; then
-  tar czf "$PACK_TO" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "packed $OUT into $PACK_TO"
+if [[ -n ${PACK_TO:-} ]]; then  # written outside OUT first: PACK_TO may lie inside it
+  pack=$(mktemp)
+  tar czf "$pack" -C "$(dirname "$OUT")" "$(basename "$OUT")" && mv "$pack" "$PACK_TO" &&
+    echo "packed $OUT into $PACK_TO"
 fi
 exit $failed
