@@ -16,6 +16,8 @@
 //
 // Both use the same rasterisation inside a group of M-blocks: bands of up to kBandM M-blocks,
 // walking the band's M-blocks first, so a wave of CTAs shares a few weight tiles through L2.
+// raster() and the live scheduler's get() also compile for the host, where
+// tests/cpu/test_schedulers.cpp enumerates the tiles they hand out.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ struct TileInfo {
 };
 
 // Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised.
-__device__ __forceinline__ void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
+FP8MOE_HD void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
   const int64_t band_tiles = static_cast<int64_t>(kBandM) * num_n;
   const int band = static_cast<int>(local / band_tiles);
   const int band_start = band * kBandM;
@@ -57,6 +59,7 @@ struct LiveTileScheduler {
   int num_n;
   int expert = 0;           // cursor: tile ids only grow, so the expert only moves forward
 
+#if defined(__CUDACC__)
   // Stages ends[] in shared memory and builds tile_end[] (every thread of the CTA calls this; it
   // synchronises the CTA once inside, and the caller must synchronise once more before get()).
   // 32-bit arithmetic throughout: tile ids and rows are < 2^31.
@@ -85,8 +88,9 @@ struct LiveTileScheduler {
       carry += __shfl_sync(0xFFFFFFFFu, inclusive, 31);
     }
   }
+#endif
 
-  __device__ LiveTileScheduler(const int32_t* ends_smem, const int32_t* tile_end_smem, int num_experts_, int n)
+  FP8MOE_HD LiveTileScheduler(const int32_t* ends_smem, const int32_t* tile_end_smem, int num_experts_, int n)
       : ends(ends_smem),
         tile_end(tile_end_smem),
         num_experts(num_experts_),
@@ -95,7 +99,7 @@ struct LiveTileScheduler {
   // Ids must be asked for in increasing order; false once the id is past every live tile. One
   // shared-memory load per expert passed. (Written so that the 192-wide GEMM's math warpgroups,
   // which sit at their register budget, do not spill: e.g. an early 64-bit bound check did.)
-  __device__ bool get(int64_t id64, TileInfo& t) {
+  FP8MOE_HD bool get(int64_t id64, TileInfo& t) {
     const int id = static_cast<int>(id64);
     while (expert < num_experts && tile_end[expert] <= id) ++expert;
     if (expert == num_experts) return false;
@@ -114,6 +118,7 @@ struct LiveTileScheduler {
   }
 };
 
+#if defined(__CUDACC__)
 template <int kBlockM, int kBlockN>
 struct PaddedTileScheduler {
   const int32_t* row_expert;
@@ -139,5 +144,6 @@ struct PaddedTileScheduler {
     return true;
   }
 };
+#endif
 
 }  // namespace fp8moe::sched
