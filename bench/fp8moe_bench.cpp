@@ -655,9 +655,8 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     res.arm[arm].span = fp8moe::bench::stats_of(samples[arm]);
     res.arm[arm].event = fp8moe::bench::stats_of(event_us[arm]);
     for (const auto& [role, v] : kernel_us[arm]) res.arm[arm].kernel_us[role] = fp8moe::bench::stats_of(v).median;
-    auto median = [](const std::vector<double>& v) { return v.empty() ? NAN : fp8moe::bench::stats_of(v).median; };
-    res.arm[arm].sm_clock_mhz = median(telemetry[arm].sm_clock_mhz);
-    res.arm[arm].power_w = median(telemetry[arm].power_w);
+    res.arm[arm].sm_clock_mhz = telemetry[arm].sm_clock_median();
+    res.arm[arm].power_w = telemetry[arm].power_median();
   }
 
   // Outputs of the last replay of each arm (same inputs): bitwise on the T live rows.
@@ -734,14 +733,16 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+std::string case_label(const CaseResult& r) {  // "capacity/tokens"
+  return std::to_string(r.c.capacity) + "/" + std::to_string(r.c.tokens);
+}
+
 void print_tables(const Options& opt, const std::vector<CaseResult>& results, bool cupti) {
   std::printf("\n%-10s %6s %4s | %-26s | %-26s | %7s %8s %6s %8s %7s %s%s\n", "C/T", "rows", "exp",
               "padded us: median p10-p90", "live us: median p10-p90", "speedup", "TFLOP/s", "wTB/s", "floor_us",
               "t/floor", "bitwise", opt.check ? "  rel_err" : "");
   for (const auto& r : results) {
-    char label[32];
-    std::snprintf(label, sizeof label, "%lld/%lld", static_cast<long long>(r.c.capacity),
-                  static_cast<long long>(r.c.tokens));
+    const std::string label = case_label(r);
     std::string arm_text[2];
     for (int arm = 0; arm < 2; ++arm) {
       const ArmResult& a = r.arm[arm];
@@ -752,7 +753,7 @@ void print_tables(const Options& opt, const std::vector<CaseResult>& results, bo
     const ArmResult& live = r.arm[kLive];
     const bool both = r.arm[kPadded].ran && live.ran;
     const double t = live.ran ? live.span.median : NAN;
-    std::printf("%-10s %6lld %4d | %-26s | %-26s | %7s %8s %6s %8s %7s %s%s\n", label,
+    std::printf("%-10s %6lld %4d | %-26s | %-26s | %7s %8s %6s %8s %7s %s%s\n", label.c_str(),
                 static_cast<long long>(r.live_rows), r.touched_experts, arm_text[kPadded].c_str(),
                 arm_text[kLive].c_str(),
                 both ? fmt("%.3fx", r.arm[kPadded].span.median / t).c_str() : "-",
@@ -771,10 +772,8 @@ void print_tables(const Options& opt, const std::vector<CaseResult>& results, bo
       for (int arm : {kPadded, kLive}) {
         const ArmResult& a = r.arm[arm];
         if (!a.ran) continue;
-        char label[32];
-        std::snprintf(label, sizeof label, "%lld/%lld", static_cast<long long>(r.c.capacity),
-                      static_cast<long long>(r.c.tokens));
-        std::printf("%-10s %-7s %8s %8s\n", label, kArmName[arm], fmt("%.0f", a.sm_clock_mhz).c_str(),
+        const std::string label = case_label(r);
+        std::printf("%-10s %-7s %8s %8s\n", label.c_str(), kArmName[arm], fmt("%.0f", a.sm_clock_mhz).c_str(),
                     fmt("%.0f", a.power_w).c_str());
       }
   }
@@ -789,20 +788,17 @@ void print_tables(const Options& opt, const std::vector<CaseResult>& results, bo
       for (const auto& role : r.arm[arm].roles)
         if (std::find(all_roles.begin(), all_roles.end(), role) == all_roles.end()) all_roles.push_back(role);
   if (all_roles.empty()) return;
-  const std::vector<std::string>* roles = &all_roles;
   auto width = [](const std::string& role) { return static_cast<int>(std::max<size_t>(9, role.size())); };
-  for (const auto& role : *roles) std::printf(" %*s", width(role), role.c_str());
+  for (const auto& role : all_roles) std::printf(" %*s", width(role), role.c_str());
   std::printf(" %9s %9s\n", "sum", "span");
   for (const auto& r : results) {
     for (int arm : {kLive, kPadded}) {
       const ArmResult& a = r.arm[arm];
       if (!a.ran) continue;
-      char label[32];
-      std::snprintf(label, sizeof label, "%lld/%lld", static_cast<long long>(r.c.capacity),
-                    static_cast<long long>(r.c.tokens));
-      std::printf("%-10s %-7s", label, kArmName[arm]);
+      const std::string label = case_label(r);
+      std::printf("%-10s %-7s", label.c_str(), kArmName[arm]);
       double sum = 0;
-      for (const auto& role : *roles) {
+      for (const auto& role : all_roles) {
         const auto it = a.kernel_us.find(role);
         if (it == a.kernel_us.end()) {
           std::printf(" %*s", width(role), "-");

@@ -209,11 +209,15 @@ int main(int argc, char** argv) {
         }
         telemetry.stop(&tele[arm]);
       }
-      // Bitwise check of the arms on live rows.
-      std::vector<uint16_t> hl(m_cap * n), hp(m_cap * n);
-      BENCH_CUDA(cudaMemcpy(hl.data(), d_live, hl.size() * 2, cudaMemcpyDeviceToHost));
-      BENCH_CUDA(cudaMemcpy(hp.data(), d_pad, hp.size() * 2, cudaMemcpyDeviceToHost));
+      // Bitwise check of the arms on live rows (when both ran).
       bool equal = run_arm[0] && run_arm[1];
+      std::vector<uint16_t> hl, hp;
+      if (equal) {
+        hl.resize(m_cap * n);
+        hp.resize(m_cap * n);
+        BENCH_CUDA(cudaMemcpy(hl.data(), d_live, hl.size() * 2, cudaMemcpyDeviceToHost));
+        BENCH_CUDA(cudaMemcpy(hp.data(), d_pad, hp.size() * 2, cudaMemcpyDeviceToHost));
+      }
       for (int e = 0; e < E && equal; ++e)
         for (int64_t r = layout::expert_start(ends.data(), e); r < ends[e] && equal; ++r)
           equal = std::memcmp(&hl[r * n], &hp[r * n], size_t(n) * 2) == 0;
@@ -224,11 +228,8 @@ int main(int argc, char** argv) {
       const Stats sp = bench::stats_of(us[0]), sl = bench::stats_of(us[1]);
       char label[32];
       std::snprintf(label, sizeof label, "%d/%d", c.capacity, c.tokens);
-      double mhz[2], watts[2];
-      for (int arm = 0; arm < 2; ++arm) {
-        mhz[arm] = tele[arm].sm_clock_mhz.empty() ? NAN : bench::stats_of(tele[arm].sm_clock_mhz).median;
-        watts[arm] = tele[arm].power_w.empty() ? NAN : bench::stats_of(tele[arm].power_w).median;
-      }
+      const double mhz[2] = {tele[0].sm_clock_median(), tele[1].sm_clock_median()};
+      const double watts[2] = {tele[0].power_median(), tele[1].power_median()};
       for (int arm = 0; arm < 2; ++arm) {
         if (!run_arm[arm]) continue;
         const Stats& st = arm == 0 ? sp : sl;

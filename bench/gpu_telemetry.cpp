@@ -3,9 +3,12 @@
 #include "bench/gpu_telemetry.hpp"
 
 #include <cuda_runtime.h>
+#include <cmath>
 #include <dlfcn.h>
 
 #include <chrono>
+
+#include "bench/bench_common.cuh"  // stats_of
 
 namespace fp8moe::bench {
 namespace {
@@ -19,7 +22,12 @@ F symbol(void* lib, const char* name) {
   return reinterpret_cast<F>(dlsym(lib, name));
 }
 
+double median_or_nan(const std::vector<double>& v) { return v.empty() ? NAN : stats_of(v).median; }
+
 }  // namespace
+
+double TelemetrySamples::sm_clock_median() const { return median_or_nan(sm_clock_mhz); }
+double TelemetrySamples::power_median() const { return median_or_nan(power_w); }
 
 GpuTelemetry::GpuTelemetry(int cuda_device) {
   lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -19,6 +19,8 @@ namespace fp8moe::bench {
 struct TelemetrySamples {
   std::vector<double> sm_clock_mhz;  // instantaneous SM clock
   std::vector<double> power_w;       // board power as NVML reports it (the driver's averaged reading)
+  double sm_clock_median() const;    // NAN without readings
+  double power_median() const;
 };
 
 class GpuTelemetry {

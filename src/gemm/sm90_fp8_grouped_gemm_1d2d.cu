@@ -171,8 +171,9 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   ok = ok &&
       encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
                 block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
-      encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,
-                a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      (cluster_for(a) != GemmCluster::kPairM ||  // the half-height B box only M-pairs load
+       encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,
+                 a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B)) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return cudaErrorInvalidValue;
