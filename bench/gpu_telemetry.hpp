@@ -16,9 +16,12 @@
 
 namespace fp8moe::bench {
 
+struct NvmlFieldValue;  // nvmlFieldValue_t
+
 struct TelemetrySamples {
   std::vector<double> sm_clock_mhz;  // instantaneous SM clock
-  std::vector<double> power_w;       // board power as NVML reports it (the driver's averaged reading)
+  std::vector<double> power_w;       // board power: NVML's instantaneous reading where the driver
+                                     // has one, else its ~1 s average
   double sm_clock_median() const;    // NAN without readings
   double power_median() const;
 };
@@ -39,6 +42,7 @@ class GpuTelemetry {
   void* device_ = nullptr;  // nvmlDevice_t
   int (*get_clock_)(void*, int, unsigned*) = nullptr;
   int (*get_power_)(void*, unsigned*) = nullptr;
+  int (*get_fields_)(void*, int, NvmlFieldValue*) = nullptr;  // nvmlDeviceGetFieldValues
   std::atomic<bool> running_{false};
   std::thread thread_;
   TelemetrySamples current_;
