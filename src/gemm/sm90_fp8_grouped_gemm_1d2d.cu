@@ -102,7 +102,9 @@ struct Launcher {
 
 // Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
 // bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule takes
-// 192 when the workspace holds more than ~4 full M-tiles per expert. The padded baseline stays at
+// 192 when a full capacity gives an expert more than 1.5 M-tiles on average (more than 192 rows:
+// compute tiles), 128 below (decode capacities: weight streaming, where 192's partial last N tile
+// and coarser waves cost 4-15%; perf notes v6 and v14). The padded baseline stays at
 // 128 (today's engines' tile; its 192-wide variant still spills registers). Both widths compute
 // every output element with the same operations in the same order (same k32 wgmma chain per
 // 128-K block, same scale products), so the two schedules stay bit-identical; the GEMM tests
@@ -116,7 +118,9 @@ int block_n_for(const GroupedGemmArgs& a) {
     return v ? std::atoi(v) : 0;
   }();
   if (forced == 128 || forced == 192) return forced;
-  return a.m_cap / a.num_experts > 512 ? 192 : 128;
+  // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
+  const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
+  return full_rows_per_expert > 192 ? 192 : 128;
 }
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between

@@ -199,8 +199,9 @@ TEST(Sm90GroupedGemm, SmallTilesSplitColumnsBetweenWarpgroups) {
   check_case({7168, 2048, {64, 17, 128, 50}});
 }
 
-// More than 512 workspace rows per expert: the live schedule takes 192-wide tiles (straddling two
-// B-scale blocks, partial last tile) while the padded one stays at 128: still bit-identical.
+// More than 192 workspace rows per expert (beyond the 127 of alignment): the live schedule takes
+// 192-wide tiles (straddling two B-scale blocks, partial last tile) while the padded one stays at
+// 128: still bit-identical.
 TEST(Sm90GroupedGemm, PrefillTileWidthsMatchPadded) {
   FP8MOE_REQUIRE_SM90();
   check_case({4096, 1024, {700, 1, 650, 0}, 4});
