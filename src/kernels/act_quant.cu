@@ -23,7 +23,7 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kThreads = 256;
-constexpr int kBlocksPerSm = 4;  // 32 warps per SM: <= 64 registers
+constexpr int kBlocksPerSm = 3;  // 24 warps per SM: <= 80 registers (two items in flight per warp)
 constexpr int kMaxLiveExperts = 6000;  // (2E + 1) int32 tables in 48 KB of shared memory
 
 // Turns the raw ends[] that the CTA staged in before[0..E) into the tables before[0..E] (live rows
@@ -141,29 +141,26 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     else
       scale_row = static_cast<float*>(p.a2_scale) + layout::fp32_scale_index(row, lane / detail::kLanesPerGroup, m_pad);
   };
-  set_row();
-
-  for (; count > 0; --count) {
-    if (row_ok) {
-      const int col0 = chunk * layout::kGroup * detail::kGroupsPerChunk;  // column of lane 0
-      const bool active = chunk * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup < groups;
-      const uint16_t* gate = gate_row + col0;
-      uint32_t gw[8], uw[8], aw[8];
-      load_lane(gate, inter, active, gw, uw);
-      if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
-        load_lane(gate, inter, active, gw, uw);
-        detail::activate_lane_exact(gw, uw, act, aw);
-      }
-      uint4 codes;
-      const float scale = detail::quantize_lane<kPow2>(aw, codes);
-      if (active) *reinterpret_cast<uint4*>(out_row + col0) = codes;
-      if constexpr (kPacked) {
-        const uint32_t word = detail::ue8m0_chunk_word(scale, active);
-        if (lane == 0) static_cast<uint32_t*>(scale_row)[chunk * scale_stride] = word;
-      } else {
-        if (active && lane % detail::kLanesPerGroup == 0) static_cast<float*>(scale_row)[chunk * scale_stride] = scale;
-      }
-    }
+  // An item's addresses and flags, taken from the row state when its loads are issued.
+  struct Item {
+    const uint16_t* gate;
+    uint8_t* out;
+    void* scale;
+    int chunk;
+    bool ok, active;
+  };
+  auto item_here = [&]() {
+    const int col0 = chunk * layout::kGroup * detail::kGroupsPerChunk;  // column of lane 0
+    Item it;
+    it.gate = gate_row + col0;
+    it.out = out_row + col0;
+    it.scale = scale_row;
+    it.chunk = chunk;
+    it.ok = row_ok;
+    it.active = chunk * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup < groups;
+    return it;
+  };
+  auto next_item = [&]() {
     if (++chunk == chunks) {  // next row
       chunk = 0;
       ++i;
@@ -172,6 +169,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
       }
       set_row();
     }
+  };
+  set_row();
+
+  // One item ahead: the next item's loads are in flight while this one is activated, quantized
+  // and stored, so each warp keeps two items' 2 KB of loads outstanding instead of one.
+  Item cur = item_here();
+  uint32_t gw[8], uw[8];
+  load_lane(cur.gate, inter, cur.ok && cur.active, gw, uw);
+  for (; count > 0; --count) {
+    Item nxt = cur;
+    uint32_t gn[8], un[8];
+    if (count > 1) {
+      next_item();
+      nxt = item_here();
+    }
+    load_lane(nxt.gate, inter, count > 1 && nxt.ok && nxt.active, gn, un);
+    if (cur.ok) {
+      uint32_t aw[8];
+      if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
+        load_lane(cur.gate, inter, cur.active, gw, uw);
+        detail::activate_lane_exact(gw, uw, act, aw);
+      }
+      uint4 codes;
+      const float scale = detail::quantize_lane<kPow2>(aw, codes);
+      if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
+      if constexpr (kPacked) {
+        const uint32_t word = detail::ue8m0_chunk_word(scale, cur.active);
+        if (lane == 0) static_cast<uint32_t*>(cur.scale)[cur.chunk * scale_stride] = word;
+      } else {
+        if (cur.active && lane % detail::kLanesPerGroup == 0)
+          static_cast<float*>(cur.scale)[cur.chunk * scale_stride] = scale;
+      }
+    }
+    cur = nxt;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) gw[k] = gn[k], uw[k] = un[k];
   }
 }
 
