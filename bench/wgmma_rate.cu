@@ -1,0 +1,229 @@
+// fp8moe-wgmma-rate: how fast FP8 wgmma (both operands in shared memory) runs on this GPU for the
+// loop shapes a block-FP8 GEMM can use, with nothing else in the way (no TMA, no barriers, no
+// global memory). An investigation tool for the SM90 grouped GEMM (docs/perf-notes.md v14): it
+// separates what the tensor cores can do from what the GEMM's pipeline lets them do.
+//
+// One CTA per SM, 1 or 2 math warpgroups, each running `kblocks` 128-K blocks of a 64 x N tile on
+// shared memory that never changes (two stages, alternated, so descriptors move as in the GEMM).
+// Loops (per warpgroup and k-block):
+//   full        one group of 4 wgmma m64nNk32, wait for it (wait_group 0)
+//   full+prom   the same, then promote: out += scale * acc (N/2 FMAs per thread), as DeepGEMM does
+//   split       the GEMM's loop without its promotion FMAs: two column halves with their own
+//               accumulators, each group waited for while the other runs (wait_group 1)
+// (With promotion FMAs in the split loop, or in a loop over two full-width accumulator sets, ptxas
+// serialises the wgmma here (C7514), though not in the GEMM; that case is left to the GEMM's
+// no-loads build, FP8MOE_GEMM_ABLATE=3.)
+// Each also with the three ways a k-block's accumulators can start (kZero, at the kernel).
+// Reports FP8 FLOP per cycle per SM (dense peak: 8192 on H100/H200) from clock64 in each CTA.
+//
+//   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ptx/ptx.cuh"
+
+namespace {
+
+enum Mode { kFull = 0, kFullPromote = 1, kSplit = 2 };
+const char* const kModeNames[] = {"full", "full+prom", "split"};
+
+constexpr int kBlockK = 128;
+constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory: one CTA per SM
+
+#define CUDA_OK(x)                                                                   \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+// kZero: how a k-block's accumulators start. 0: they keep accumulating (scale-d = 1); 1: the
+// first wgmma of the group overwrites them (scale-d = 0), as the block-FP8 GEMM does; 2: the
+// promotion zeroes them with register moves and the wgmma accumulate.
+template <int kN, int kMode, int kZero>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_rate_kernel(int kblocks, bool zeros, bool stagger, float* sink, long long* cycles) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace fp8moe;
+  constexpr bool kSplitLoop = kMode == kSplit;
+  using Mma = ptx::WgmmaE4M3<kSplitLoop ? kN / 2 : kN>;
+  constexpr int kA = 128 * kBlockK, kB = kN * kBlockK;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  // Small random-looking E4M3 codes (no NaN: 0x7F/0xFF never appear), identical in every run;
+  // or all zeros (--zeros: the same instructions on data that toggles nothing).
+  for (int i = threadIdx.x; i < 2 * (kA + kB); i += blockDim.x) {
+    const uint32_t h = (i * 2654435761u) >> 24;
+    smem[i] = zeros ? 0 : static_cast<uint8_t>((h & 0x3F) | (h & 0x80));
+  }
+  volatile int* turn = reinterpret_cast<volatile int*>(smem + 2 * (kA + kB));
+  if (threadIdx.x == 0) *turn = 0;
+  __syncthreads();
+  const int warpgroup = threadIdx.x / 128;
+  uint8_t* a0 = smem + warpgroup * 64 * kBlockK;  // this warpgroup's 64 rows of A
+  uint8_t* b0 = smem + 2 * kA;
+  const float scale = 1.0f + 1e-3f * (threadIdx.x % 7);
+  constexpr bool kPromote = kMode == kFullPromote;
+  constexpr int kOut = kPromote ? kN / 2 : 1;
+  float out[kOut];
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) out[i] = 0.0f;
+
+  // Every wgmma accumulates (scale-d = 1 after the very first), so every result stays observable
+  // and ptxas cannot drop any (it removes wgmma whose accumulators are overwritten unread).
+  auto issue = [&](float(&acc)[Mma::kAccum], int stage, int half, bool first) {
+#pragma unroll
+    for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+    ptx::wgmma_fence();
+    const uint64_t da = ptx::smem_desc_k_major_sw128(a0 + stage * kA);
+    const uint64_t db = ptx::smem_desc_k_major_sw128(b0 + stage * kB + half * (kN / 2) * kBlockK);
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) Mma::mma(acc, da + 2 * k, db + 2 * k, (kZero != 1 && !first) || k > 0);
+    ptx::wgmma_commit();
+#pragma unroll
+    for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+  };
+  auto promote = [&](float(&acc)[Mma::kAccum], int offset) {
+    if constexpr (kPromote) {
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) {
+        out[offset + i] = __fmaf_rn(scale, acc[i], out[offset + i]);
+        if (kZero == 2) acc[i] = 0.0f;
+      }
+    } else {  // no promotion in the loop: fold the last k-block into one value
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) out[0] += acc[i];
+    }
+  };
+
+  __syncthreads();
+  const long long start = clock64();
+  // --stagger (full loops): warpgroup 1 starts once warpgroup 0's first k-block is done, so the two
+  // begin in opposite phases (one promotes while the other's wgmma run) instead of in step.
+  if (stagger && warpgroup == 1 && !kSplitLoop)
+    for (long long spins = 0; *turn == 0 && spins < (1ll << 24); ++spins) {
+    }
+  if constexpr (!kSplitLoop) {
+    float acc[Mma::kAccum];
+    for (int kb = 0; kb < kblocks; ++kb) {
+      issue(acc, kb & 1, 0, kb == 0);
+      ptx::wgmma_wait<0>();
+      if (kb == 0 && warpgroup == 0 && threadIdx.x == 0) *turn = 1;
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+      if (kPromote || kb + 1 == kblocks) promote(acc, 0);
+    }
+  } else {
+    float acc_a[Mma::kAccum], acc_b[Mma::kAccum];
+    issue(acc_a, 0, 0, true);
+    issue(acc_b, 0, 1, true);
+    for (int kb = 0; kb + 1 < kblocks; ++kb) {
+      ptx::wgmma_wait<1>();
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+      if (kPromote) promote(acc_a, 0);
+      issue(acc_a, (kb + 1) & 1, 0, false);
+      ptx::wgmma_wait<1>();
+#pragma unroll
+      for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+      if (kPromote) promote(acc_b, Mma::kAccum);
+      issue(acc_b, (kb + 1) & 1, 1, false);
+    }
+    ptx::wgmma_wait<1>();
+#pragma unroll
+    for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+    promote(acc_a, 0);
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+    promote(acc_b, Mma::kAccum);
+  }
+  __syncthreads();
+  const long long stop = clock64();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) s += out[i];
+  if (s == 1.2345e-30f) sink[threadIdx.x] = s;  // keeps every result observable
+#endif
+}
+
+template <int kN, int kMode, int kZero = 0>
+void run(int warpgroups, int kblocks, bool zeros, bool stagger, int sms, float* sink, long long* d_cycles) {
+  auto kernel = wgmma_rate_kernel<kN, kMode, kZero>;
+  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kblocks, zeros, stagger, sink, d_cycles);  // warm-up (clocks up)
+  CUDA_OK(cudaGetLastError());
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  CUDA_OK(cudaEventRecord(e0));
+  kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kblocks, zeros, stagger, sink, d_cycles);
+  CUDA_OK(cudaEventRecord(e1));
+  CUDA_OK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  std::vector<long long> cycles(sms);
+  CUDA_OK(cudaMemcpy(cycles.data(), d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+  std::sort(cycles.begin(), cycles.end());
+  const double flop_per_cta = 2.0 * 64 * warpgroups * kN * kBlockK * kblocks;
+  const double per_clk = flop_per_cta / cycles[sms / 2];
+  const double tflops = flop_per_cta * sms / (ms * 1e-3) / 1e12;
+  std::printf("%-11s z%d N=%3d  WGs=%d  %7.0f FLOP/clk/SM (%5.1f%% of 8192)  %6.0f TFLOP/s  %.2f GHz\n",
+              kModeNames[kMode], kZero, kN, warpgroups, per_clk, 100.0 * per_clk / 8192, tflops,
+              cycles[sms / 2] / (ms * 1e-3) / 1e9);
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int kblocks = 4000;
+  bool zeros = false, stagger = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--kblocks") && i + 1 < argc) kblocks = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--zeros")) zeros = true;
+    else if (!std::strcmp(argv[i], "--stagger")) stagger = true;
+    else kblocks = 0;
+    if (kblocks < 1) {
+      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger]\n");
+      return 2;
+    }
+  }
+  int dev = 0, major = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+      major != 9) {
+    std::fprintf(stderr, "fp8moe-wgmma-rate needs an SM90 GPU (H100/H200); none found.\n");
+    return 0;
+  }
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  float* sink = nullptr;
+  long long* cycles = nullptr;
+  CUDA_OK(cudaMalloc(&sink, 256 * sizeof(float)));
+  CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  for (int wgs : {1, 2}) {
+    run<128, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<192, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<256, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<128, kFullPromote>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<192, kFullPromote>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<128, kFullPromote, 1>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<192, kFullPromote, 1>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<128, kFullPromote, 2>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<192, kFullPromote, 2>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<128, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<192, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<256, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+  }
+  CUDA_OK(cudaFree(sink));
+  CUDA_OK(cudaFree(cycles));
+  return 0;
+}
