@@ -3,7 +3,17 @@
 
 #include "bench/bench_common.cuh"
 
+#include <cstdlib>
+
+#include "fp8moe_build_info.hpp"  // generated: FP8MOE_BUILD_COMMIT
+
 namespace fp8moe::bench {
+
+const char* build_commit() {
+  const char* env = std::getenv("FP8MOE_COMMIT");
+  return env != nullptr && *env != '\0' ? env : FP8MOE_BUILD_COMMIT;
+}
+
 namespace {
 
 // Streaming read: 16-byte non-allocating loads, 8 independent loads in flight per thread,

@@ -51,6 +51,10 @@ class L2Flush {
   size_t bytes_ = 0;
 };
 
+// The commit these binaries were built from ($FP8MOE_COMMIT overrides it): the short git hash at
+// build time, "-dirty" if tracked files had uncommitted changes, or "unknown".
+const char* build_commit();
+
 // HBM read ceiling: TB/s of a streaming read of `bytes` (median of `reps` cold runs).
 double measure_read_tbps(size_t bytes = size_t(2) << 30, int reps = 20);
 // Dense FP8 E4M3 GEMM rate (TFLOP/s) of cuBLASLt at m = n = k = `size`, BF16 out, random data.

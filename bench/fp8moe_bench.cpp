@@ -124,7 +124,7 @@ void usage(FILE* to) {
                "  --json PATH            also write the results as JSON to PATH\n"
                "  --help                 this text\n"
                "\n"
-               "JSON metadata: commit from $FP8MOE_COMMIT, else `git rev-parse --short HEAD`, else \"unknown\".\n",
+               "JSON metadata: commit from $FP8MOE_COMMIT, else the one the binary was built from, else \"unknown\".\n",
                kFallbackCapacity, kFallbackTokens, kMinSamples, kMinSamples);
 }
 
@@ -276,10 +276,12 @@ std::string utc_now_iso() {
   return buf;
 }
 
-// $FP8MOE_COMMIT, else the short hash of the working directory's git HEAD (+ "-dirty" with
-// uncommitted changes to tracked files), else "unknown".
+// $FP8MOE_COMMIT, else the commit the binary was built from (bench::build_commit), else, for a
+// build outside a git checkout, the short hash of the working directory's git HEAD (+ "-dirty"
+// with uncommitted changes to tracked files), else "unknown".
 std::string commit_id() {
-  if (const char* c = std::getenv("FP8MOE_COMMIT"); c != nullptr && *c != '\0') return c;
+  const std::string built = fp8moe::bench::build_commit();
+  if (built != "unknown") return built;
   std::string hash;
   if (FILE* p = popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
     char buf[128];

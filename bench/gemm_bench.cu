@@ -131,9 +131,10 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(std::random_device{}());
   FILE* js = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   if (js)
-    std::fprintf(js, "{\"gpu\": \"%s\", \"preset\": \"%s\", \"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, "
-                 "\"cases\": [",
-                 prop.name, pre->name, read_tbps, fp8_tflops);
+    std::fprintf(js,
+                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", "
+                 "\"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, \"cases\": [",
+                 prop.name, bench::build_commit(), pre->name, read_tbps, fp8_tflops);
 
   std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s\n", "case", "gemm", "arm", "median_us",
               "p10_us", "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup", "SM_MHz", "W");
