@@ -14,9 +14,13 @@
 // serialises the wgmma here (C7514), though not in the GEMM; that case is left to the GEMM's
 // no-loads build, FP8MOE_GEMM_ABLATE=3.)
 // Each also with the three ways a k-block's accumulators can start (kZero, at the kernel).
+// Options add what the GEMM does around the loop, to see what each costs: --ring (a producer warp
+// and full/empty mbarriers per k-block, no data moved), --scales (two A scales from shared memory
+// and a B scale from global memory, one k-block ahead, folded into the promotion), --stagger,
+// --zeros (all-zero operands).
 // Reports FP8 FLOP per cycle per SM (dense peak: 8192 on H100/H200) from clock64 in each CTA.
 //
-//   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger]
+//   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +37,15 @@ enum Mode { kFull = 0, kFullPromote = 1, kSplit = 2 };
 const char* const kModeNames[] = {"full", "full+prom", "split"};
 
 constexpr int kBlockK = 128;
+constexpr int kRingStages = 4;
+
+// Run-time options (see main's usage).
+struct Opts {
+  bool zeros = false;    // all-zero operands
+  bool stagger = false;  // warpgroup 1 starts one k-block late (full loops)
+  bool ring = false;     // a producer warp and full/empty mbarriers per k-block, as in the GEMM
+  bool scales = false;   // per k-block: two A scales from shared memory, one B scale from global
+};
 constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory: one CTA per SM
 
 #define CUDA_OK(x)                                                                   \
@@ -48,8 +61,8 @@ constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory:
 // first wgmma of the group overwrites them (scale-d = 0), as the block-FP8 GEMM does; 2: the
 // promotion zeroes them with register moves and the wgmma accumulate.
 template <int kN, int kMode, int kZero>
-__global__ void __launch_bounds__(256, 1)
-    wgmma_rate_kernel(int kblocks, bool zeros, bool stagger, float* sink, long long* cycles) {
+__global__ void __launch_bounds__(384, 1)
+    wgmma_rate_kernel(int kblocks, int warpgroups, Opts o, const float* b_scales, float* sink, long long* cycles) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace fp8moe;
   constexpr bool kSplitLoop = kMode == kSplit;
@@ -61,15 +74,43 @@ __global__ void __launch_bounds__(256, 1)
   // or all zeros (--zeros: the same instructions on data that toggles nothing).
   for (int i = threadIdx.x; i < 2 * (kA + kB); i += blockDim.x) {
     const uint32_t h = (i * 2654435761u) >> 24;
-    smem[i] = zeros ? 0 : static_cast<uint8_t>((h & 0x3F) | (h & 0x80));
+    smem[i] = o.zeros ? 0 : static_cast<uint8_t>((h & 0x3F) | (h & 0x80));
   }
   volatile int* turn = reinterpret_cast<volatile int*>(smem + 2 * (kA + kB));
-  if (threadIdx.x == 0) *turn = 0;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + 2 * (kA + kB) + 16);
+  uint64_t* empty = full + kRingStages;
+  float* a_scales = reinterpret_cast<float*>(empty + kRingStages);  // [kRingStages][128]
+  for (int i = threadIdx.x; i < kRingStages * 128; i += blockDim.x) a_scales[i] = 1.0f + 1e-3f * (i % 5);
+  if (threadIdx.x == 0) {
+    *turn = 0;
+    for (int r = 0; r < kRingStages; ++r) {
+      ptx::mbar_init(&full[r], 1);
+      ptx::mbar_init(&empty[r], 4 * warpgroups);
+    }
+    ptx::fence_barrier_init();
+  }
   __syncthreads();
+  // 384 threads as in the GEMM: warpgroups 0 and 1 do the math (232 registers), warpgroup 2 is
+  // the producer (40 registers), of which one thread runs the ring with --ring.
+  if (threadIdx.x >= 256) {
+    ptx::setmaxnreg_dec<40>();
+    if (o.ring && threadIdx.x == 256) {
+      int r = 0;
+      uint32_t ph = 0;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        ptx::mbar_wait(&empty[r], ph ^ 1u);
+        ptx::mbar_arrive(&full[r]);
+        if (++r == kRingStages) r = 0, ph ^= 1u;
+      }
+    }
+    return;
+  }
+  ptx::setmaxnreg_inc<232>();
+  if (threadIdx.x >= 128 * warpgroups) return;
   const int warpgroup = threadIdx.x / 128;
   uint8_t* a0 = smem + warpgroup * 64 * kBlockK;  // this warpgroup's 64 rows of A
   uint8_t* b0 = smem + 2 * kA;
-  const float scale = 1.0f + 1e-3f * (threadIdx.x % 7);
+  float scale = 1.0f + 1e-3f * (threadIdx.x % 7);
   constexpr bool kPromote = kMode == kFullPromote;
   constexpr int kOut = kPromote ? kN / 2 : 1;
   float out[kOut];
@@ -103,21 +144,36 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
-  __syncthreads();
+  ptx::named_barrier(1, 128 * warpgroups);
   const long long start = clock64();
   // --stagger (full loops): warpgroup 1 starts once warpgroup 0's first k-block is done, so the two
   // begin in opposite phases (one promotes while the other's wgmma run) instead of in step.
-  if (stagger && warpgroup == 1 && !kSplitLoop)
+  if (o.stagger && warpgroup == 1 && !kSplitLoop)
     for (long long spins = 0; *turn == 0 && spins < (1ll << 24); ++spins) {
     }
   if constexpr (!kSplitLoop) {
     float acc[Mma::kAccum];
+    int r = 0;
+    uint32_t ph = 0;
+    const int row = warpgroup * 64 + (threadIdx.x % 128) / 4;
+    float sb = o.scales ? __ldg(b_scales) : 1.0f;
     for (int kb = 0; kb < kblocks; ++kb) {
+      float sb_next = 1.0f, sa = 1.0f;
+      if (o.scales) sb_next = __ldg(b_scales + (kb + 1) % 4096);
+      if (o.ring) ptx::mbar_wait(&full[r], ph);
+      if (o.scales) sa = a_scales[r * 128 + row] * a_scales[r * 128 + row + 8];
       issue(acc, kb & 1, 0, kb == 0);
       ptx::wgmma_wait<0>();
       if (kb == 0 && warpgroup == 0 && threadIdx.x == 0) *turn = 1;
 #pragma unroll
       for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc[i]);
+      if (o.ring) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) ptx::mbar_arrive(&empty[r]);
+        if (++r == kRingStages) r = 0, ph ^= 1u;
+      }
+      scale = sa * sb;
+      sb = sb_next;
       if (kPromote || kb + 1 == kblocks) promote(acc, 0);
     }
   } else {
@@ -145,7 +201,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int i = 0; i < Mma::kAccum; ++i) ptx::fence_operand(acc_b[i]);
     promote(acc_b, Mma::kAccum);
   }
-  __syncthreads();
+  ptx::named_barrier(1, 128 * warpgroups);
   const long long stop = clock64();
   if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
   float s = 0.0f;
@@ -156,16 +212,19 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 template <int kN, int kMode, int kZero = 0>
-void run(int warpgroups, int kblocks, bool zeros, bool stagger, int sms, float* sink, long long* d_cycles) {
+void run(int warpgroups, int kblocks, const Opts& o, int sms, const float* b_scales, float* sink,
+         long long* d_cycles) {
+  if (o.ring && kMode == kSplit) return;  // (the ring and scales are modelled in the full loops only)
+  const int threads = 384;
   auto kernel = wgmma_rate_kernel<kN, kMode, kZero>;
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kblocks, zeros, stagger, sink, d_cycles);  // warm-up (clocks up)
+  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);  // warm-up (clocks up)
   CUDA_OK(cudaGetLastError());
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
   CUDA_OK(cudaEventRecord(e0));
-  kernel<<<sms, 128 * warpgroups, kSmemBytes>>>(kblocks, zeros, stagger, sink, d_cycles);
+  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);
   CUDA_OK(cudaEventRecord(e1));
   CUDA_OK(cudaEventSynchronize(e1));
   float ms = 0;
@@ -187,14 +246,16 @@ void run(int warpgroups, int kblocks, bool zeros, bool stagger, int sms, float* 
 
 int main(int argc, char** argv) {
   int kblocks = 4000;
-  bool zeros = false, stagger = false;
+  Opts o;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--kblocks") && i + 1 < argc) kblocks = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--zeros")) zeros = true;
-    else if (!std::strcmp(argv[i], "--stagger")) stagger = true;
+    else if (!std::strcmp(argv[i], "--zeros")) o.zeros = true;
+    else if (!std::strcmp(argv[i], "--stagger")) o.stagger = true;
+    else if (!std::strcmp(argv[i], "--ring")) o.ring = true;
+    else if (!std::strcmp(argv[i], "--scales")) o.scales = true;
     else kblocks = 0;
     if (kblocks < 1) {
-      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger]\n");
+      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales]\n");
       return 2;
     }
   }
@@ -207,23 +268,32 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   float* sink = nullptr;
   long long* cycles = nullptr;
-  CUDA_OK(cudaMalloc(&sink, 256 * sizeof(float)));
+  CUDA_OK(cudaMalloc(&sink, 288 * sizeof(float)));
+  // B scales for --scales: 4096 values near 1 (read one per k-block, wrapping).
+  float* b_scales = nullptr;
+  {
+    std::vector<float> host(4096);
+    for (int i = 0; i < 4096; ++i) host[i] = 1.0f + 1e-4f * (i % 13);
+    CUDA_OK(cudaMalloc(&b_scales, host.size() * sizeof(float)));
+    CUDA_OK(cudaMemcpy(b_scales, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
   CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
   for (int wgs : {1, 2}) {
-    run<128, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<192, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<256, kFull>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<128, kFullPromote>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<192, kFullPromote>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<128, kFullPromote, 1>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<192, kFullPromote, 1>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<128, kFullPromote, 2>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<192, kFullPromote, 2>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<128, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<192, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
-    run<256, kSplit>(wgs, kblocks, zeros, stagger, sms, sink, cycles);
+    run<128, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<192, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<256, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<128, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<192, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<128, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<192, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<128, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<192, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<128, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<192, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<256, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
   }
   CUDA_OK(cudaFree(sink));
+  CUDA_OK(cudaFree(b_scales));
   CUDA_OK(cudaFree(cycles));
   return 0;
 }
