@@ -73,8 +73,10 @@ struct Launcher {
   // Persistent grid: one CTA per SM, or as many whole clusters as can be resident at once.
   static int grid() {
     static const int ctas = [] {
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess)
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess) {
+        cudaGetLastError();  // (no usable GPU: launch() reports it; info() callers get 0 CTAs)
         return 0;
+      }
       const int sms = sm_count();
       if (kCluster == 1) return sms;
       cudaLaunchAttribute attr;
