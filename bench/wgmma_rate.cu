@@ -29,6 +29,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_common.cuh"  // BENCH_CUDA
 #include "ptx/ptx.cuh"
 
 namespace {
@@ -48,14 +49,6 @@ struct Opts {
 };
 constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory: one CTA per SM
 
-#define CUDA_OK(x)                                                                   \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 // kZero: how a k-block's accumulators start. 0: they keep accumulating (scale-d = 1); 1: the
 // first wgmma of the group overwrites them (scale-d = 0), as the block-FP8 GEMM does; 2: the
@@ -217,20 +210,20 @@ void run(int warpgroups, int kblocks, const Opts& o, int sms, const float* b_sca
   if (o.ring && kMode == kSplit) return;  // (the ring and scales are modelled in the full loops only)
   const int threads = 384;
   auto kernel = wgmma_rate_kernel<kN, kMode, kZero>;
-  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);  // warm-up (clocks up)
-  CUDA_OK(cudaGetLastError());
+  BENCH_CUDA(cudaGetLastError());
   cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  CUDA_OK(cudaEventRecord(e0));
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventRecord(e0));
   kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);
-  CUDA_OK(cudaEventRecord(e1));
-  CUDA_OK(cudaEventSynchronize(e1));
+  BENCH_CUDA(cudaEventRecord(e1));
+  BENCH_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+  BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
   std::vector<long long> cycles(sms);
-  CUDA_OK(cudaMemcpy(cycles.data(), d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+  BENCH_CUDA(cudaMemcpy(cycles.data(), d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
   std::sort(cycles.begin(), cycles.end());
   const double flop_per_cta = 2.0 * 64 * warpgroups * kN * kBlockK * kblocks;
   const double per_clk = flop_per_cta / cycles[sms / 2];
@@ -238,8 +231,8 @@ void run(int warpgroups, int kblocks, const Opts& o, int sms, const float* b_sca
   std::printf("%-11s z%d N=%3d  WGs=%d  %7.0f FLOP/clk/SM (%5.1f%% of 8192)  %6.0f TFLOP/s  %.2f GHz\n",
               kModeNames[kMode], kZero, kN, warpgroups, per_clk, 100.0 * per_clk / 8192, tflops,
               cycles[sms / 2] / (ms * 1e-3) / 1e9);
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
 }
 
 }  // namespace
@@ -265,19 +258,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8moe-wgmma-rate needs an SM90 GPU (H100/H200); none found.\n");
     return 0;
   }
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   float* sink = nullptr;
   long long* cycles = nullptr;
-  CUDA_OK(cudaMalloc(&sink, 288 * sizeof(float)));
+  BENCH_CUDA(cudaMalloc(&sink, 288 * sizeof(float)));
   // B scales for --scales: 4096 values near 1 (read one per k-block, wrapping).
   float* b_scales = nullptr;
   {
     std::vector<float> host(4096);
     for (int i = 0; i < 4096; ++i) host[i] = 1.0f + 1e-4f * (i % 13);
-    CUDA_OK(cudaMalloc(&b_scales, host.size() * sizeof(float)));
-    CUDA_OK(cudaMemcpy(b_scales, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMalloc(&b_scales, host.size() * sizeof(float)));
+    BENCH_CUDA(cudaMemcpy(b_scales, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
-  CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  BENCH_CUDA(cudaMalloc(&cycles, sms * sizeof(long long)));
   for (int wgs : {1, 2}) {
     run<128, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
     run<192, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
@@ -292,8 +285,8 @@ int main(int argc, char** argv) {
     run<192, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
     run<256, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
   }
-  CUDA_OK(cudaFree(sink));
-  CUDA_OK(cudaFree(b_scales));
-  CUDA_OK(cudaFree(cycles));
+  BENCH_CUDA(cudaFree(sink));
+  BENCH_CUDA(cudaFree(b_scales));
+  BENCH_CUDA(cudaFree(cycles));
   return 0;
 }
