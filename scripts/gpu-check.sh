@@ -12,6 +12,8 @@
 # Everything it writes goes to OUT (default ./gpu-out). PACK_TO=FILE also packs OUT into one
 # tarball at the end (the device tool brings back only a few files of a run), e.g.
 #   OUT=/tmp/gpu-check PACK_TO=$OUT/gpu-check.tgz BUILD_DIR=... scripts/gpu-check.sh
+# FULL=1 adds everything docs/benchmarks.md tabulates (both Qwen presets, --act-only, --sweep) and
+# fp8moe-wgmma-rate, about two more minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -137,6 +139,22 @@ if [[ -x $BENCH ]]; then
 else
   names+=("fp8moe-bench")
   results+=("SKIP (no $BENCH)")
+fi
+
+full_runs() {
+  local rc=0
+  "$BENCH" --preset qwen3-30b-a3b --json "$OUT/qwen3-30b-a3b.json" >"$OUT/qwen3-30b-a3b.log" 2>&1 || rc=1
+  "$BENCH" --preset qwen3-235b-a22b --json "$OUT/qwen3-235b-a22b.json" >"$OUT/qwen3-235b-a22b.log" 2>&1 || rc=1
+  "$BENCH" --act-only --json "$OUT/act-only.json" >"$OUT/act-only.log" 2>&1 || rc=1
+  "$BENCH" --sweep --json "$OUT/sweep.json" >"$OUT/sweep.log" 2>&1 || rc=1
+  if [[ -x $BUILD_DIR/bench/fp8moe-wgmma-rate ]]; then
+    "$BUILD_DIR/bench/fp8moe-wgmma-rate" >"$OUT/wgmma-rate.txt" 2>&1 || rc=1
+  fi
+  ls "$OUT"/*.json
+  return $rc
+}
+if [[ ${FULL:-0} == 1 && -x $BENCH ]]; then
+  step "FULL: presets, act-only, sweep" full_runs
 fi
 
 echo
