@@ -35,8 +35,8 @@ struct GroupedGemmArgs {
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
-// warpgroups, 128x128 tiles, FP32 promotion every 128 K. Graph-capturable: the grid is the SM
-// count; the tile count is read on the device. Returns the launch error, if any.
+// warpgroups, 128x128 or 128x192 tiles, FP32 promotion every 128 K. Graph-capturable: the grid is
+// the SM count; the tile count is read on the device. Returns the launch error, if any.
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& args, cudaStream_t stream);
 
 // The launch shape sm90_fp8_grouped_gemm_1d2d uses for `args` (for benchmarks and notes).

@@ -127,7 +127,8 @@ int block_n_for(const GroupedGemmArgs& a) {
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between
 // N-neighbours measured +3-5% at 4096/4096 but mixed elsewhere, and sharing B between M-neighbours
-// is not measured yet (docs/perf-notes.md), so single CTAs are the default. N-pairs need an even
+// -5% on GEMM1 4096/4096 under sustained load but slower everywhere else (docs/perf-notes.md v10,
+// v13), so single CTAs are the default. N-pairs need an even
 // number of N-blocks per expert (a pair never straddles two experts); M-pairs work for any N and
 // the live schedule only (the padded baseline then runs N-pairs or single CTAs).
 GemmCluster cluster_for(const GroupedGemmArgs& a) {

@@ -38,9 +38,9 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kMetadataMaxWarps = 32;
-constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / 128;  // one batch of 128 slots each
-constexpr int kMetadataSmemInts = 48 * 1024 / 4;
 constexpr int kMetadataBatch = 4;  // slot loads in flight per lane
+constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / (kMetadataBatch * kWarp);  // one batch each
+constexpr int kMetadataSmemInts = 48 * 1024 / 4;
 constexpr int kQuantizeThreads = 256;
 constexpr int kQuantizeBlocksPerSm = 5;  // 40 warps per SM: <= 48 registers
 

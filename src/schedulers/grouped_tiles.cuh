@@ -51,6 +51,8 @@ FP8MOE_HD void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
 template <int kBlockM, int kBlockN>
 struct LiveTileScheduler {
   static_assert(kBlockM % layout::kTileM == 0, "experts are aligned to the 128-row tile");
+  // Experts start on 128-row boundaries: start_e below is layout::expert_start in 32-bit arithmetic
+  // (its 64-bit form changes the GEMM's register allocation throughout the kernel).
   static constexpr int kAlign = layout::kTileM;
 
   const int32_t* ends;      // shared [E]: the prefix-sum layout
