@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace fp8moe::bench {
@@ -21,6 +23,15 @@ namespace fp8moe::bench {
       std::exit(1);                                                                               \
     }                                                                                             \
   } while (0)
+
+// A JSON number with `decimals` decimals, or null when not finite (not measured, or e.g. time/floor
+// with an empty floor).
+inline std::string json_num(double v, int decimals = 3) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
 
 struct Stats {
   double median = 0, p10 = 0, p90 = 0, min = 0;

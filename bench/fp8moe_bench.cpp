@@ -49,6 +49,7 @@
 
 namespace {
 
+using fp8moe::bench::json_num;
 using fp8moe::bench::Stats;
 
 // ---- presets, cases, options ---------------------------------------------------------------------
@@ -258,13 +259,6 @@ std::string json_escape(const std::string& s) {
     }
   }
   return out;
-}
-// A JSON number, or null when not finite (e.g. time/floor with an empty floor).
-std::string json_num(double v, int decimals = 3) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
 }
 
 std::string utc_now_iso() {

@@ -34,8 +34,6 @@ constexpr Preset kPresets[] = {{"deepseek-v3-ep8", 32, 7168, 2048, 8},
                                {"qwen3-30b-a3b", 128, 2048, 768, 8},
                                {"qwen3-235b-a22b", 128, 4096, 1536, 8}};
 
-// A JSON number, or null when not measured.
-std::string json_int(double v) { return std::isfinite(v) ? std::to_string(static_cast<long long>(std::lround(v))) : "null"; }
 
 // Rows per expert of uniform random top-k routing (k distinct experts per token).
 std::vector<int32_t> route_counts(int tokens, int experts, int topk, fp8moe::test::Rng& rng) {
@@ -271,8 +269,9 @@ int main(int argc, char** argv) {
                      "\"power_W\": %s}, \"floor_us\": %.2f, "
                      "\"bitwise_equal\": %s}",
                      first_json ? "" : ", ", c.capacity, c.tokens, g + 1, n, k, static_cast<long long>(live_rows),
-                     touched, sp.median, sp.p10, sp.p90, json_int(mhz[0]).c_str(), json_int(watts[0]).c_str(), sl.median,
-                     sl.p10, sl.p90, json_int(mhz[1]).c_str(), json_int(watts[1]).c_str(), floor_us,
+                     touched, sp.median, sp.p10, sp.p90, bench::json_num(mhz[0], 0).c_str(),
+                     bench::json_num(watts[0], 0).c_str(), sl.median, sl.p10, sl.p90,
+                     bench::json_num(mhz[1], 0).c_str(), bench::json_num(watts[1], 0).c_str(), floor_us,
                      !(run_arm[0] && run_arm[1]) ? "null" : equal ? "true" : "false");
         first_json = false;
       }
