@@ -13,7 +13,7 @@
 # tarball at the end (the device tool brings back only a few files of a run), e.g.
 #   OUT=/tmp/gpu-check PACK_TO=$OUT/gpu-check.tgz BUILD_DIR=... scripts/gpu-check.sh
 # FULL=1 adds everything docs/benchmarks.md tabulates (both Qwen presets, --act-only, --sweep) and
-# fp8moe-wgmma-rate, about two more minutes on an H200.
+# fp8moe-wgmma-rate and fp8moe-tma-stream, about two more minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -149,6 +149,9 @@ full_runs() {
   "$BENCH" --sweep --json "$OUT/sweep.json" >"$OUT/sweep.log" 2>&1 || rc=1
   if [[ -x $BUILD_DIR/bench/fp8moe-wgmma-rate ]]; then
     "$BUILD_DIR/bench/fp8moe-wgmma-rate" >"$OUT/wgmma-rate.txt" 2>&1 || rc=1
+  fi
+  if [[ -x $BUILD_DIR/bench/fp8moe-tma-stream ]]; then
+    "$BUILD_DIR/bench/fp8moe-tma-stream" >"$OUT/tma-stream.txt" 2>&1 || rc=1
   fi
   ls "$OUT"/*.json
   return $rc

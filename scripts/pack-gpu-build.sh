@@ -8,7 +8,7 @@ src=${1:-build-gpu}
 dst=${2:-.carry/build-gpu}
 rm -rf "$dst"
 for f in tests/fp8moe_cpu_tests tests/fp8moe_gpu_tests tests/fp8moe_c_abi_smoke bench/fp8moe-bench \
-         bench/fp8moe-gemm-bench bench/fp8moe-wgmma-rate libfp8moe.a; do
+         bench/fp8moe-gemm-bench bench/fp8moe-wgmma-rate bench/fp8moe-tma-stream libfp8moe.a; do
   if [[ -e $src/$f ]]; then
     mkdir -p "$dst/$(dirname "$f")"
     cp "$src/$f" "$dst/$f"

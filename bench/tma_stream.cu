@@ -1,0 +1,216 @@
+// fp8moe-tma-stream: how fast TMA streams a grouped GEMM's weights (B: FP8 [E * N, K], K-major)
+// into shared memory in the order the decode GEMM reads them, with nothing else in the way: no
+// math, and a consumer that releases each ring stage as soon as it lands. An investigation tool
+// for the weight-streaming (decode) GEMMs (docs/perf-notes.md v15): which box shape, ring depth
+// and L2 promotion reach the HBM read ceiling measured in the same run.
+//
+// One CTA per SM walks tiles t = blockIdx.x, + gridDim.x, ... as the GEMM does (tile t: expert
+// t / (N / BN), BN rows of it). A tile is K / 128 k-blocks, loaded `depth` k-blocks per TMA box: a
+// 3-D view [K / 128][rows][128 bytes] whose box lands as `depth` consecutive 128-byte-swizzled
+// k-blocks, the layout the GEMM's wgmma reads. `--a` adds the GEMM's A box per k-block (16 rows
+// of a small L2-resident matrix, as a decode tile with <= 16 live rows loads).
+//
+//   fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N]
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.cuh"
+#include "gemm/tensor_map.hpp"
+#include "ptx/ptx.cuh"
+
+namespace {
+
+constexpr int kMaxStages = 32;
+constexpr int kARows = 16;
+
+struct StreamParams {
+  int num_tiles, tiles_per_expert, n, bn, kb, depth, stages;
+  uint32_t stage_bytes, b_bytes;  // a stage: B box (+ A box with --a)
+  bool with_a;
+};
+
+__global__ void __launch_bounds__(64, 1) tma_stream_kernel(const __grid_constant__ CUtensorMap map_b,
+                                                           const __grid_constant__ CUtensorMap map_a, StreamParams p,
+                                                           int* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace fp8moe;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * p.stage_bytes);
+  uint64_t* empty = full + kMaxStages;
+  if (threadIdx.x == 0) {
+    ptx::prefetch_tensormap(&map_b);
+    for (int s = 0; s < p.stages; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], 1);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int boxes = p.kb / p.depth;
+  int stage = 0;
+  uint32_t phase = 0;
+  auto advance = [&] {
+    if (++stage == p.stages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  };
+  if (threadIdx.x == 0) {  // producer
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+      const int expert = t / p.tiles_per_expert;
+      const int row = expert * p.n + (t % p.tiles_per_expert) * p.bn;
+      for (int b = 0; b < boxes; ++b) {
+        ptx::mbar_wait(&empty[stage], phase ^ 1u);
+        ptx::mbar_arrive_expect_tx(&full[stage], p.stage_bytes);
+        uint8_t* dst = smem + stage * p.stage_bytes;
+        ptx::tma_load_3d(dst, &map_b, &full[stage], 0, row, b * p.depth);
+        if (p.with_a)
+          for (int d = 0; d < p.depth; ++d)
+            ptx::tma_load_2d(dst + p.b_bytes + d * kARows * 128, &map_a, &full[stage], (b * p.depth + d) * 128,
+                             expert * kARows);
+        advance();
+      }
+    }
+  } else if (threadIdx.x == 32) {  // consumer: touch one byte of each stage and release it
+    int sum = 0;
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+      for (int b = 0; b < boxes; ++b) {
+        ptx::mbar_wait(&full[stage], phase);
+        sum += smem[stage * p.stage_bytes + (b & 127)];
+        ptx::mbar_arrive(&empty[stage]);
+        advance();
+      }
+    }
+    sink[blockIdx.x] = sum;
+  }
+#endif
+}
+
+struct Shape {
+  const char* name;
+  int experts, n, k;
+};
+// The decode cases' touched experts (512/16: 31 of 32 for the seed, ~81 of 128 for Qwen3-30B).
+const Shape kShapes[] = {{"seed1", 31, 4096, 7168}, {"seed2", 31, 7168, 2048}, {"qwen1", 81, 1536, 2048},
+                         {"qwen2", 81, 2048, 768}};
+
+struct Variant {
+  int bn, depth, stages;
+  CUtensorMapL2promotion promo;
+  bool with_a;
+};
+const char* promo_name(CUtensorMapL2promotion p) {
+  return p == CU_TENSOR_MAP_L2_PROMOTION_NONE ? "none" : p == CU_TENSOR_MAP_L2_PROMOTION_L2_64B ? "64B"
+                                                   : p == CU_TENSOR_MAP_L2_PROMOTION_L2_128B ? "128B"
+                                                                                              : "256B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fp8moe;
+  std::string which = "all";
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N]\n");
+      return 2;
+    }
+  }
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::printf("fp8moe-tma-stream: no CUDA device here; nothing to measure.\n");
+    return 0;
+  }
+  int sms = 0;
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double ceiling = bench::measure_read_tbps();
+  std::printf("commit %s, %d SMs, HBM read ceiling %.3f TB/s\n", bench::build_commit(), sms, ceiling);
+
+  const CUtensorMapL2promotion p256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  const std::vector<Variant> variants = {
+      {128, 1, 4, p256, false},  {128, 1, 6, p256, false},  {128, 1, 8, p256, false},
+      {128, 1, 12, p256, false}, {128, 2, 3, p256, false},  {128, 2, 6, p256, false},
+      {128, 4, 3, p256, false},  {128, 1, 6, CU_TENSOR_MAP_L2_PROMOTION_NONE, false},
+      {128, 1, 6, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, false}, {128, 1, 6, p256, true},
+      {128, 1, 10, p256, true},  {128, 2, 5, p256, true},   {64, 1, 12, p256, false},
+      {256, 1, 6, p256, false}};
+  BENCH_CUDA(cudaFuncSetAttribute(tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+  bench::L2Flush flush;
+  int* sink = nullptr;
+  BENCH_CUDA(cudaMalloc(&sink, sizeof(int) * sms));
+  uint8_t* a = nullptr;
+  const size_t a_rows = 128 * kARows, a_cols = 7168;
+  BENCH_CUDA(cudaMalloc(&a, a_rows * a_cols));
+  bench::fill_random_fp8(a, a_rows * a_cols, 7);
+  cudaEvent_t t0, t1;
+  BENCH_CUDA(cudaEventCreate(&t0));
+  BENCH_CUDA(cudaEventCreate(&t1));
+
+  for (const Shape& s : kShapes) {
+    if (which != "all" && which != s.name) continue;
+    const size_t bytes = static_cast<size_t>(s.experts) * s.n * s.k;
+    uint8_t* b = nullptr;
+    BENCH_CUDA(cudaMalloc(&b, bytes));
+    bench::fill_random_fp8(b, bytes, 11);
+    std::printf("\n%s: %d experts, N %d, K %d, %.1f MB of weights\n", s.name, s.experts, s.n, s.k, bytes / 1e6);
+    std::printf("%5s %5s %6s %5s %3s %8s %8s %8s\n", "BN", "depth", "stages", "promo", "A", "us", "TB/s", "ceiling");
+    for (const Variant& v : variants) {
+      const int kb = s.k / 128;
+      if (kb % v.depth) continue;
+      const uint32_t b_bytes = v.bn * 128 * v.depth;
+      const uint32_t stage_bytes = b_bytes + (v.with_a ? v.depth * kARows * 128 : 0);
+      const uint32_t stage_bytes_aligned = (stage_bytes + 1023) / 1024 * 1024;
+      const size_t smem = static_cast<size_t>(v.stages) * stage_bytes_aligned + 2 * kMaxStages * 8 + 1024;
+      if (smem > 227 * 1024) continue;
+      CUtensorMap map_b, map_a;
+      const uint64_t dims[3] = {128, static_cast<uint64_t>(s.experts) * s.n, static_cast<uint64_t>(kb)};
+      const uint64_t strides[2] = {static_cast<uint64_t>(s.k), 128};
+      const uint32_t box[3] = {128, static_cast<uint32_t>(v.bn), static_cast<uint32_t>(v.depth)};
+      if (!gemm::encode_tiled(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, b, dims, strides, box,
+                              CU_TENSOR_MAP_SWIZZLE_128B, v.promo) ||
+          !gemm::encode_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a, a_rows, s.k, kARows, 128,
+                           CU_TENSOR_MAP_SWIZZLE_128B)) {
+        std::fprintf(stderr, "tensor map encoding failed\n");
+        return 1;
+      }
+      StreamParams p{};
+      p.tiles_per_expert = s.n / v.bn;
+      p.num_tiles = s.experts * p.tiles_per_expert;
+      p.n = s.n;
+      p.bn = v.bn;
+      p.kb = kb;
+      p.depth = v.depth;
+      p.stages = v.stages;
+      p.stage_bytes = stage_bytes_aligned;
+      p.b_bytes = b_bytes;
+      p.with_a = v.with_a;
+      std::vector<double> us;
+      for (int r = -2; r < reps; ++r) {
+        flush.run(nullptr);
+        BENCH_CUDA(cudaEventRecord(t0));
+        tma_stream_kernel<<<sms, 64, smem>>>(map_b, map_a, p, sink);
+        BENCH_CUDA(cudaEventRecord(t1));
+        BENCH_CUDA(cudaEventSynchronize(t1));
+        float ms = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+        if (r >= 0) us.push_back(ms * 1e3);
+      }
+      const bench::Stats st = bench::stats_of(us);
+      const double tbps = bytes / (st.median * 1e-6) / 1e12;
+      std::printf("%5d %5d %6d %5s %3s %8.1f %8.3f %7.1f%%\n", v.bn, v.depth, v.stages, promo_name(v.promo),
+                  v.with_a ? "yes" : "no", st.median, tbps, 100.0 * tbps / ceiling);
+    }
+    BENCH_CUDA(cudaFree(b));
+  }
+  return 0;
+}
