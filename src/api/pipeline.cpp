@@ -68,6 +68,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.m_pad = layout.m_pad;
   g.num_experts = config.num_experts;
   g.schedule = static_cast<fp8moe::layout::Schedule>(config.schedule);
+  g.dependent_launch = true;  // ends[] and row_expert come from the metadata kernel, two or more launches back
 
   g.a = perm.a1;
   g.a_scale = static_cast<const float*>(perm.a1_scale);

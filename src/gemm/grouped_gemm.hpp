@@ -32,6 +32,11 @@ struct GroupedGemmArgs {
   int num_experts = 0;
   layout::Schedule schedule = layout::Schedule::kLive;
   GemmCluster cluster = GemmCluster::kAuto;
+  // Launch as a programmatic dependent of the previous kernel in the stream (src/kernels/launch.cuh):
+  // the prologue and the first tile's weight loads overlap that kernel's end. Only when ends[] /
+  // row_expert were written at least two kernel launches earlier (the pipeline: by the metadata
+  // kernel), because they are read before the wait.
+  bool dependent_launch = false;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math

@@ -2,48 +2,21 @@
 // schedule. Tensor maps are encoded per call (host-only, microseconds) and passed by value, so a
 // captured CUDA graph carries them.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 
 #include "fp8moe/fp8moe.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "gemm/sm90_fp8_grouped_gemm_1d2d.cuh"
+#include "gemm/tensor_map.hpp"
+#include "kernels/launch.cuh"
 
 namespace fp8moe::gemm {
 static_assert(fp8moe::kMaxExperts == sched::kMaxLiveExperts, "the API's expert limit is the scheduler's");
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    cudaDriverEntryPointQueryResult status{};
-    void* ptr = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status) ==
-            cudaSuccess &&
-        status == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  });
-  return fn;
-}
-
-// 2-D row-major tensor [rows, cols] of `elem_bytes` elements, box [box_rows, box_cols].
-bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base, uint64_t rows,
-               uint64_t cols, uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
-  auto encode = tensor_map_encoder();
-  if (!encode) return false;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * elem_bytes};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  return encode(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
 
 int sm_count() {
   int dev = 0, n = 0;
@@ -57,17 +30,19 @@ struct Launcher {
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
   static constexpr auto kernel = sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>;
 
-  static cudaLaunchConfig_t config(cudaLaunchAttribute* cluster, cudaStream_t stream) {
+  // attrs[0]: the cluster shape; attrs[1]: programmatic dependent launch, if `dependent`.
+  static cudaLaunchConfig_t config(cudaLaunchAttribute (&attrs)[2], cudaStream_t stream, bool dependent) {
     cudaLaunchConfig_t c{};
-    cluster->id = cudaLaunchAttributeClusterDimension;
-    cluster->val.clusterDim.x = kCluster;
-    cluster->val.clusterDim.y = 1;
-    cluster->val.clusterDim.z = 1;
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = kCluster;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    attrs[1] = kernels::pdl_attribute();
     c.blockDim = dim3(Cfg::kThreads);
     c.dynamicSmemBytes = Cfg::kSmemBytes;
     c.stream = stream;
-    c.attrs = cluster;
-    c.numAttrs = 1;
+    c.attrs = attrs;
+    c.numAttrs = dependent && kernels::pdl_enabled() ? 2 : 1;
     return c;
   }
   // Persistent grid: one CTA per SM, or as many whole clusters as can be resident at once.
@@ -79,8 +54,8 @@ struct Launcher {
       }
       const int sms = sm_count();
       if (kCluster == 1) return sms;
-      cudaLaunchAttribute attr;
-      cudaLaunchConfig_t c = config(&attr, nullptr);
+      cudaLaunchAttribute attrs[2];
+      cudaLaunchConfig_t c = config(attrs, nullptr, false);
       c.gridDim = dim3(sms / kCluster * kCluster);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &c) != cudaSuccess || clusters < 1) {
@@ -91,11 +66,11 @@ struct Launcher {
     }();
     return ctas;
   }
-  static cudaError_t launch(const Sm90GemmParams& params, cudaStream_t stream) {
+  static cudaError_t launch(const Sm90GemmParams& params, cudaStream_t stream, bool dependent) {
     const int ctas = grid();
     if (ctas == 0) return cudaErrorInvalidConfiguration;
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t c = config(&attr, stream);
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t c = config(attrs, stream, dependent);
     c.gridDim = dim3(ctas);
     return cudaLaunchKernelEx(&c, kernel, params);
   }
@@ -192,7 +167,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   p.n = a.n;
   p.k = a.k;
   p.num_experts = a.num_experts;
-  return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream); });
+  return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream, a.dependent_launch); });
 }
 
 #if FP8MOE_GEMM_TRACE

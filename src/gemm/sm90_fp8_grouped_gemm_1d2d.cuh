@@ -157,6 +157,34 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
       // A (activations) is re-read by every N-tile of its rows while the weights stream past it:
       // keep it in L2 ahead of them (ncu, GEMM1 4096/4096: DRAM reads 2.19 -> 1.56 GB).
       const uint64_t pol_a = ptx::l2_policy_evict_last();
+      // Programmatic dependent launch (kernels/launch.cuh): before waiting for the previous kernel,
+      // request the first tile's weights for the whole ring (they do not depend on it), on an SM
+      // that kernel has already left; A and its scales follow after the wait. Single CTAs only.
+      int kb_first = 0;  // the first tile's k-blocks already requested
+      if constexpr (kCluster == 1 && FP8MOE_GEMM_ABLATE != 3) {
+        sched::TileInfo t0;
+        Scheduler first = scheduler;
+        if (first.get(first_id, t0)) {
+          kb_first = num_kb < kStages ? num_kb : kStages;
+          const int live_rows = t0.row_end - t0.m_row;
+          const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
+          for (int s = 0; s < kb_first; ++s) {
+            ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
+            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, &p.map_b, &full[s], s * Cfg::kBlockK,
+                             t0.expert * p.n + t0.n_col);
+          }
+          ptx::griddep_wait();
+          for (int s = 0; s < kb_first; ++s) {
+            ptx::tma_load_2d_hint(smem_a + s * Cfg::kABytes, &p.map_a[box], &full[s], s * Cfg::kBlockK, t0.m_row,
+                                  pol_a);
+            ptx::tma_load_2d(smem_sfa + s * Cfg::kBlockM, &p.map_sfa, &full[s], t0.m_row, s);
+          }
+          stage = kb_first % kStages;
+          phase = kb_first == kStages ? 1u : 0u;
+        }
+      }
+      ptx::griddep_wait();  // (returns at once when it already waited above)
+      ptx::griddep_launch_dependents();
       sched::TileInfo t;
       for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
@@ -168,7 +196,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
         const CUtensorMap* map_a = &p.map_a[box];
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
-        for (int kb = 0; kb < num_kb; ++kb) {
+        for (int kb = kb_first; kb < num_kb; ++kb) {
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
           if (FP8MOE_GEMM_ABLATE == 3) {
             ptx::mbar_arrive(&full[stage]);
@@ -205,6 +233,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
             phase ^= 1u;
           }
         }
+        kb_first = 0;
       }
     }
   } else {

@@ -15,6 +15,7 @@
 #include "kernels/act_quant.cuh"
 
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 
 namespace fp8moe::kernels {
 namespace {
@@ -81,6 +82,7 @@ __device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, b
 
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const ActQuantParams p) {
+  detail::after_previous_kernel();  // kernels/launch.cuh
   extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E]
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
@@ -220,18 +222,14 @@ cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
   switch (p.scale_format) {
     case layout::ScaleFormat::kFp32:
-      act_quant_kernel<kKind, layout::ScaleFormat::kFp32><<<blocks, kThreads, smem, stream>>>(p);
-      break;
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kFp32>, blocks, kThreads, smem, stream, p);
     case layout::ScaleFormat::kFp32Pow2:
-      act_quant_kernel<kKind, layout::ScaleFormat::kFp32Pow2><<<blocks, kThreads, smem, stream>>>(p);
-      break;
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kFp32Pow2>, blocks, kThreads, smem, stream, p);
     case layout::ScaleFormat::kUe8m0Packed:
-      act_quant_kernel<kKind, layout::ScaleFormat::kUe8m0Packed><<<blocks, kThreads, smem, stream>>>(p);
-      break;
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kUe8m0Packed>, blocks, kThreads, smem, stream, p);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace

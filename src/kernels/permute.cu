@@ -30,6 +30,7 @@
 #include "kernels/permute.cuh"
 
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 
 namespace fp8moe::kernels {
 namespace {
@@ -107,6 +108,7 @@ __device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int h
 // permute_count (grid path, first launch): pass 1 over this CTA's share of the slots; its counts
 // per expert, and its invalid ids, to cta_counts[blockIdx.x][0..E].
 __global__ void __launch_bounds__(kMetadataGridWarps * kWarp) permute_count_kernel(const PermuteParams p) {
+  detail::after_previous_kernel();  // kernels/launch.cuh
   extern __shared__ int32_t smem[];
   const int num_experts = p.num_experts;
   const int num_warps = blockDim.x / kWarp;
@@ -137,6 +139,7 @@ __global__ void __launch_bounds__(kMetadataGridWarps * kWarp) permute_count_kern
 // kGrid = false: the one-CTA kernel. kGrid = true: one CTA of the grid, after permute_count.
 template <bool kGrid>
 __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata_kernel(const PermuteParams p) {
+  detail::after_previous_kernel();  // kernels/launch.cuh
   extern __shared__ int32_t smem[];
   const int num_experts = p.num_experts;
   const int num_warps = blockDim.x / kWarp;
@@ -267,6 +270,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
 template <layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     quantize_permuted_kernel(const PermuteParams p) {
+  detail::after_previous_kernel();  // kernels/launch.cuh
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
   const int64_t hidden = p.hidden_size;
@@ -344,8 +348,8 @@ cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream)
   if (warps < 1) return cudaErrorInvalidValue;
   permute_count_kernel<<<p.metadata_ctas, warps * kWarp, metadata_smem(warps, 0, p.num_experts), stream>>>(p);
   FP8MOE_KERNEL_TRY(cudaGetLastError());
-  permute_metadata_kernel<true><<<p.metadata_ctas, warps * kWarp, metadata_smem(warps, 3, p.num_experts), stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(permute_metadata_kernel<true>, p.metadata_ctas, warps * kWarp,
+                          metadata_smem(warps, 3, p.num_experts), stream, p);
 }
 
 cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream) {
@@ -362,18 +366,14 @@ cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream
       detail::persistent_blocks(kQuantizeBlocksPerSm, layout::ceil_div(p.tokens * chunks, warps_per_block), &blocks));
   switch (p.scale_format) {
     case layout::ScaleFormat::kFp32:
-      quantize_permuted_kernel<layout::ScaleFormat::kFp32><<<blocks, kQuantizeThreads, 0, stream>>>(p);
-      break;
+      return launch_dependent(quantize_permuted_kernel<layout::ScaleFormat::kFp32>, blocks, kQuantizeThreads, 0, stream, p);
     case layout::ScaleFormat::kFp32Pow2:
-      quantize_permuted_kernel<layout::ScaleFormat::kFp32Pow2><<<blocks, kQuantizeThreads, 0, stream>>>(p);
-      break;
+      return launch_dependent(quantize_permuted_kernel<layout::ScaleFormat::kFp32Pow2>, blocks, kQuantizeThreads, 0, stream, p);
     case layout::ScaleFormat::kUe8m0Packed:
-      quantize_permuted_kernel<layout::ScaleFormat::kUe8m0Packed><<<blocks, kQuantizeThreads, 0, stream>>>(p);
-      break;
+      return launch_dependent(quantize_permuted_kernel<layout::ScaleFormat::kUe8m0Packed>, blocks, kQuantizeThreads, 0, stream, p);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 cudaError_t launch_permute(const PermuteParams& p, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include "kernels/unpermute.cuh"
 
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 
 namespace fp8moe::kernels {
 namespace {
@@ -17,6 +18,7 @@ constexpr int kValues = 8;      // BF16 columns per thread (one 16-byte word)
 constexpr int kSlotBatch = 8;   // slots whose loads are in flight together
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const UnpermuteParams p) {
+  detail::after_previous_kernel();  // kernels/launch.cuh
   const int64_t hidden = p.hidden_size;
   const int64_t units_per_row = hidden / kValues;
   const int64_t units = p.tokens * units_per_row;
@@ -70,8 +72,7 @@ cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   int blocks = 0;
   const int64_t needed = layout::ceil_div(p.tokens * (p.hidden_size / kValues), kThreads);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  unpermute_kernel<<<blocks, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent(unpermute_kernel, blocks, kThreads, 0, stream, p);
 }
 
 }  // namespace fp8moe::kernels

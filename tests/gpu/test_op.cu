@@ -11,6 +11,7 @@
 #include "common/problem.hpp"
 #include "api/internal.hpp"
 #include "fp8moe/fp8moe.hpp"
+#include "kernels/launch.cuh"
 
 namespace {
 
@@ -153,6 +154,31 @@ TEST(Op, PrefillShapeWithMetadataGrid) {
   check_op({600, 640, 256, 256, 16, 8}, fp8moe::ScaleFormat::kFp32, fp8moe::Activation::kSilu);
 }
 
+// run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
+// captured graph every kernel but the first is reached from the kernel before it through a
+// programmatic edge (none with FP8MOE_PDL=0).
+void expect_programmatic_chain(cudaGraph_t graph) {
+  size_t num_nodes = 0, num_edges = 0;
+  CUDA_OK(cudaGraphGetNodes(graph, nullptr, &num_nodes));
+  std::vector<cudaGraphNode_t> nodes(num_nodes);
+  CUDA_OK(cudaGraphGetNodes(graph, nodes.data(), &num_nodes));
+  CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &num_edges));
+  std::vector<cudaGraphNode_t> from(num_edges), to(num_edges);
+  std::vector<cudaGraphEdgeData> data(num_edges);
+  CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &num_edges));
+  auto is_kernel = [](cudaGraphNode_t n) -> bool {
+    cudaGraphNodeType type{};
+    EXPECT_EQ(cudaGraphNodeGetType(n, &type), cudaSuccess);
+    return type == cudaGraphNodeTypeKernel;
+  };
+  int kernels = 0, programmatic = 0;
+  for (cudaGraphNode_t n : nodes) kernels += is_kernel(n);
+  for (size_t i = 0; i < num_edges; ++i)
+    programmatic += is_kernel(from[i]) && is_kernel(to[i]) && data[i].type == cudaGraphDependencyTypeProgrammatic;
+  EXPECT_GE(kernels, 6);
+  EXPECT_EQ(programmatic, fp8moe::kernels::pdl_enabled() ? kernels - 1 : 0);
+}
+
 // Capture run() once per schedule, then change routing and *num_tokens in place and replay.
 void check_graph_replay(const ref::Shape& shape) {
   fp8moe::test::Rng rng(fp8moe::test::fresh_seed());
@@ -172,6 +198,7 @@ void check_graph_replay(const ref::Shape& shape) {
     const auto st = fp8moe::run(op.cfg, op.args(shape.tokens, true), stream);
     CUDA_OK(cudaStreamEndCapture(stream, &graph));
     ASSERT_EQ(st, fp8moe::Status::kSuccess) << fp8moe::last_error();
+    expect_programmatic_chain(graph);
     CUDA_OK(cudaGraphInstantiate(&exec[arm], graph, 0));
     CUDA_OK(cudaGraphDestroy(graph));
   }

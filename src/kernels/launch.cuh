@@ -1,0 +1,63 @@
+// How fp8moe's kernels follow one another in a stream: programmatic dependent launch (PDL).
+//
+// A kernel launched with launch_dependent() may start its CTAs while the kernel before it is still
+// finishing, on the SMs that kernel has left. The contract every fp8moe kernel keeps:
+//   - it calls after_previous_kernel() (griddepcontrol.wait, then .launch_dependents) before it
+//     reads anything the previous kernel wrote, writes anything, or exits; so a kernel completes
+//     only after its predecessor has, and the next kernel starts only once this one has passed its
+//     wait;
+//   - hence the part of a kernel before that call may read only what kernels two or more launches
+//     back wrote (or plain inputs): the GEMMs use it to stage ends[] and to request their first
+//     weight tiles (GroupedGemmArgs::dependent_launch).
+// In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
+// launches; for A/B measurements).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+#include "ptx/ptx.cuh"
+
+namespace fp8moe::kernels {
+
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FP8MOE_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// The launch attribute that makes a kernel a programmatic dependent of the previous one.
+inline cudaLaunchAttribute pdl_attribute() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args... args) {
+  cudaLaunchAttribute attr = pdl_attribute();
+  cudaLaunchConfig_t c{};
+  c.gridDim = grid;
+  c.blockDim = block;
+  c.dynamicSmemBytes = smem;
+  c.stream = stream;
+  c.attrs = &attr;
+  c.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&c, kernel, args...);
+}
+
+namespace detail {
+// See the contract above: every kernel calls this on every path before it touches its
+// predecessor's outputs, writes, or exits.
+__device__ __forceinline__ void after_previous_kernel() {
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
+}
+}  // namespace detail
+
+}  // namespace fp8moe::kernels
