@@ -150,12 +150,16 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   for (int i = 0; i < 3; ++i)
     ok = ok && encode_2d(&p.map_a[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.a, a.m_cap, a.k, a_box_rows(i), 128,
                          CU_TENSOR_MAP_SWIZZLE_128B);
+  // The weights are fetched into L2 in 128-byte pieces, not promoted to 256: streaming them with
+  // the GEMM's boxes (BN rows x 128 bytes, rows K bytes apart) then reaches 95% of the HBM read
+  // ceiling instead of 89% (fp8moe-tma-stream on the H200, docs/perf-notes.md v15).
+  constexpr auto kPromoteB = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   ok = ok &&
       encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
-                block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB) &&
       (cluster_for(a) != GemmCluster::kPairM ||  // the half-height B box only M-pairs load
        encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,
-                 a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B)) &&
+                 a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB)) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return cudaErrorInvalidValue;

@@ -47,11 +47,12 @@ inline bool encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int rank, c
 
 // 2-D row-major tensor [rows, cols] of `elem_bytes` elements, box [box_rows, box_cols].
 inline bool encode_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base, uint64_t rows,
-                      uint64_t cols, uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle) {
+                      uint64_t cols, uint32_t box_rows, uint32_t box_cols, CUtensorMapSwizzle swizzle,
+                      CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const uint64_t dims[2] = {cols, rows};
   const uint64_t strides[1] = {cols * elem_bytes};
   const uint32_t box[2] = {box_cols, box_rows};
-  return encode_tiled(map, type, 2, base, dims, strides, box, swizzle);
+  return encode_tiled(map, type, 2, base, dims, strides, box, swizzle, promotion);
 }
 
 }  // namespace fp8moe::gemm
