@@ -73,14 +73,16 @@ template <int kBlockM, int kBlockN>
 void check_shapes(test::Rng& rng) {
   const std::vector<std::vector<int32_t>> fixed = {
       {0, 1, 127, 128, 129, 255, 256, 257, 0, 1000}, {0, 0, 0}, {5}, {384, 0, 385}};
-  std::vector<int32_t> many(128);
+  std::vector<int32_t> many(128), sparse(128, 0);  // sparse: decode, runs of empty experts
   for (auto& c : many) c = static_cast<int32_t>(rng() % 300);
+  for (int e = 0; e < 128; e += 1 + static_cast<int>(rng() % 9)) sparse[e] = 1 + static_cast<int32_t>(rng() % 20);
   for (int n : {256, 640, 4096}) {
     for (int grid : {1, 7, 66, 132}) {
       SCOPED_TRACE("BLOCK_M " + std::to_string(kBlockM) + " BLOCK_N " + std::to_string(kBlockN) + " N " +
                    std::to_string(n) + " grid " + std::to_string(grid));
       for (const auto& counts : fixed) check_live_walk<kBlockM, kBlockN>(counts, n, grid);
       check_live_walk<kBlockM, kBlockN>(many, n, grid);
+      check_live_walk<kBlockM, kBlockN>(sparse, n, grid);
     }
   }
 }
