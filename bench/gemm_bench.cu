@@ -184,9 +184,12 @@ int main(int argc, char** argv) {
       for (auto sched : {layout::Schedule::kPadded, layout::Schedule::kLive}) {
         args.schedule = sched;
         const auto info = gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
-        std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d%s, %d stages, BLOCK_N %d\n", g + 1,
+        const std::string width = info.block_n ? std::to_string(info.stages) + " stages, BLOCK_N " +
+                                                     std::to_string(info.block_n)
+                                               : std::string("BLOCK_N 128 or 192 by the live rows (on the device)");
+        std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d%s, %s\n", g + 1,
                      sched == layout::Schedule::kLive ? "live" : "padded", info.ctas, info.cluster,
-                     info.cluster > 1 ? (info.pair_m ? " (M-pairs)" : " (N-pairs)") : "", info.stages, info.block_n);
+                     info.cluster > 1 ? (info.pair_m ? " (M-pairs)" : " (N-pairs)") : "", width.c_str());
       }
       std::vector<double> us[2];
       bench::TelemetrySamples tele[2];  // NVML readings while each arm's samples run

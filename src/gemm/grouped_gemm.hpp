@@ -49,7 +49,7 @@ struct GemmLaunchInfo {
   int ctas = 0;
   int cluster = 0;  // CTAs per cluster
   int stages = 0;
-  int block_n = 0;
+  int block_n = 0;  // 0: 128 or 192, chosen on the device from the live rows (stages likewise)
   bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);

@@ -25,10 +25,11 @@ int sm_count() {
   return n;
 }
 
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
-struct Launcher {
-  using Cfg = Sm90GemmConfig<kBlockN, kStages>;
-  static constexpr auto kernel = sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>;
+// Launches `kKernel` with `kSmemBytes` of dynamic shared memory; kBlockN = 0: the auto-width kernel.
+template <auto kKernel, int kSmemBytes, int kBlockN, int kStages, int kCluster, bool kPairM>
+struct KernelLauncher {
+  static constexpr auto kernel = kKernel;
+  static constexpr int kThreads = 384;
 
   // attrs[0]: the cluster shape; attrs[1]: programmatic dependent launch, if `dependent`.
   static cudaLaunchConfig_t config(cudaLaunchAttribute (&attrs)[2], cudaStream_t stream, bool dependent) {
@@ -38,8 +39,8 @@ struct Launcher {
     attrs[0].val.clusterDim.y = 1;
     attrs[0].val.clusterDim.z = 1;
     attrs[1] = kernels::pdl_attribute();
-    c.blockDim = dim3(Cfg::kThreads);
-    c.dynamicSmemBytes = Cfg::kSmemBytes;
+    c.blockDim = dim3(kThreads);
+    c.dynamicSmemBytes = kSmemBytes;
     c.stream = stream;
     c.attrs = attrs;
     c.numAttrs = dependent && kernels::pdl_enabled() ? 2 : 1;
@@ -48,7 +49,7 @@ struct Launcher {
   // Persistent grid: one CTA per SM, or as many whole clusters as can be resident at once.
   static int grid() {
     static const int ctas = [] {
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
         cudaGetLastError();  // (no usable GPU: launch() reports it; info() callers get 0 CTAs)
         return 0;
       }
@@ -77,6 +78,15 @@ struct Launcher {
   static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN, kPairM}; }
 };
 
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
+using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>,
+                                Sm90GemmConfig<kBlockN, kStages>::kSmemBytes, kBlockN, kStages, kCluster, kPairM>;
+
+constexpr int kAutoSmemBytes = Sm90GemmConfig<128, 6>::kSmemBytes > Sm90GemmConfig<192, 5>::kSmemBytes
+                                   ? Sm90GemmConfig<128, 6>::kSmemBytes
+                                   : Sm90GemmConfig<192, 5>::kSmemBytes;
+using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
+
 // Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
 // bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule takes
 // 192 when a full capacity gives an expert more than 1.5 M-tiles on average (more than 192 rows:
@@ -86,19 +96,9 @@ struct Launcher {
 // every output element with the same operations in the same order (same k32 wgmma chain per
 // 128-K block, same scale products), so the two schedules stay bit-identical; the GEMM tests
 // check it with mixed widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
+// Below that capacity the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
+// sched::wide_tiles): block_n_for() then returns 0. 2-CTA clusters keep 128 there.
 constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
-
-int block_n_for(const GroupedGemmArgs& a) {
-  if (a.schedule == layout::Schedule::kPadded) return 128;
-  static const int forced = [] {
-    const char* v = std::getenv("FP8MOE_GEMM_BLOCK_N");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (forced == 128 || forced == 192) return forced;
-  // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
-  const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
-  return full_rows_per_expert > 192 ? 192 : 128;
-}
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between
 // N-neighbours measured +3-5% at 4096/4096 but mixed elsewhere, and sharing B between M-neighbours
@@ -118,11 +118,26 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
   return c == GemmCluster::kPairM && a.schedule != layout::Schedule::kLive ? GemmCluster::kSingle : c;
 }
 
+int block_n_for(const GroupedGemmArgs& a) {
+  if (a.schedule == layout::Schedule::kPadded) return 128;
+  static const int forced = [] {
+    const char* v = std::getenv("FP8MOE_GEMM_BLOCK_N");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced == 128 || forced == 192) return forced;
+  // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
+  const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
+  if (full_rows_per_expert > 192) return 192;
+  return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
+}
+
 template <typename F>
 auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const GemmCluster cluster = cluster_for(a);
   const bool live = a.schedule == layout::Schedule::kLive;
-  if (block_n_for(a) == 192) {  // live only
+  const int block_n = block_n_for(a);
+  if (block_n == 0) return f(AutoLauncher{});  // live, single CTAs
+  if (block_n == 192) {  // live only
     constexpr int kN = 192, kS = stages_for(192);
     if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
     const bool pair = cluster == GemmCluster::kPairN && (a.n + kN - 1) / kN % 2 == 0;
@@ -154,9 +169,11 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   // the GEMM's boxes (BN rows x 128 bytes, rows K bytes apart) then reaches 95% of the HBM read
   // ceiling instead of 89% (fp8moe-tma-stream on the H200, docs/perf-notes.md v15).
   constexpr auto kPromoteB = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  for (int i = 0; i < 2; ++i)  // boxes of 128 and 192 rows
+    ok = ok && encode_2d(&p.map_b[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b,
+                         static_cast<uint64_t>(a.num_experts) * a.n, a.k, i ? 192 : 128, 128,
+                         CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB);
   ok = ok &&
-      encode_2d(&p.map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n, a.k,
-                block_n_for(a), 128, CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB) &&
       (cluster_for(a) != GemmCluster::kPairM ||  // the half-height B box only M-pairs load
        encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,
                  a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB)) &&

@@ -61,7 +61,7 @@ __host__ __device__ constexpr int a_box_rows(int box) { return box == 0 ? 128 : 
 
 struct Sm90GemmParams {
   CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
-  CUtensorMap map_b;    // FP8 [E * n, k], box BN x 128, 128-byte swizzle
+  CUtensorMap map_b[2];  // FP8 [E * n, k], box BN x 128 (BN = 128, 192), 128-byte swizzle
   CUtensorMap map_sfa;  // FP32 [k/128, m_pad], box 1 x 128
   __nv_bfloat16* d;     // BF16 [m_cap, n]
   const float* b_scale;
@@ -97,10 +97,19 @@ struct Sm90GemmConfig {
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
-__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A persistent CTA (cluster) takes tile ids first, first + step, ... (read where used rather than
+// kept in a register across the kernel: the auto-width kernel spilled it).
+template <int kCluster>
+__device__ __forceinline__ int first_tile_id() { return static_cast<int>(blockIdx.x) / kCluster; }
+template <int kCluster>
+__device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.x) / kCluster; }
+
+// The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM>
+__device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
+  const CUtensorMap* map_b = &p.map_b[kBlockN == 192];
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   static_assert(!kPairM || (kCluster == 2 && kLive), "M-pairs: 2-CTA clusters, live schedule");
@@ -127,11 +136,10 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
   const int warpgroup = threadIdx.x / 128;
   const int num_kb = p.k / Cfg::kBlockK;
   const uint32_t rank = kCluster == 1 ? 0 : ptx::cluster_ctarank();
-  const int64_t first_id = blockIdx.x / kCluster, id_step = gridDim.x / kCluster;
 
   if (threadIdx.x == 256) {
     for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
-    ptx::prefetch_tensormap(kPairM ? &p.map_b_half : &p.map_b);
+    ptx::prefetch_tensormap(kPairM ? &p.map_b_half : map_b);
     ptx::prefetch_tensormap(&p.map_sfa);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], 1);
@@ -164,13 +172,13 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
       if constexpr (kCluster == 1 && FP8MOE_GEMM_ABLATE != 3) {
         sched::TileInfo t0;
         Scheduler first = scheduler;
-        if (first.get(first_id, t0)) {
+        if (first.get(first_tile_id<kCluster>(), t0)) {
           kb_first = num_kb < kStages ? num_kb : kStages;
           const int live_rows = t0.row_end - t0.m_row;
           const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
           for (int s = 0; s < kb_first; ++s) {
             ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
-            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, &p.map_b, &full[s], s * Cfg::kBlockK,
+            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
           }
           ptx::griddep_wait();
@@ -186,7 +194,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
       ptx::griddep_wait();  // (returns at once when it already waited above)
       ptx::griddep_launch_dependents();
       sched::TileInfo t;
-      for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
+      for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id += tile_id_step<kCluster>()) {
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
         // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
         const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
@@ -225,7 +233,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
             else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
               ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
                                          t.m_row, (1u << kCluster) - 1);
-            ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, &p.map_b, &full[stage], kb * Cfg::kBlockK, b_row);
+            ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b, &full[stage], kb * Cfg::kBlockK, b_row);
             ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
           }
           if (++stage == kStages) {
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
     int traced = 0;
     trace_time(traced++);
 #endif
-    for (int64_t id = first_id; scheduler.get(id, t); id += id_step) {
+    for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id += tile_id_step<kCluster>()) {
 #if FP8MOE_GEMM_TRACE
       trace_time(traced++);
 #endif
@@ -453,8 +461,35 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
   }
   // Neither CTA of a cluster may exit while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) ptx::cluster_sync();
+}
+#endif
+
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
+__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  sm90_gemm_body<kBlockN, kStages, kCluster, kLive, kPairM>(p);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built for another architecture: the host never launches this there
+#endif
+}
+
+// The live schedule's default kernel below capacities that fix the width (host side): single CTAs
+// whose tile width follows the live rows, which only the device knows (a captured graph replays
+// the same launch with new routing). Every thread reaches the same choice from ends[]
+// (sched::wide_tiles): 192 columns when the touched experts average more than one 128-row M-tile
+// (mid-size batches), 128 at decode sizes. Shared memory is sized for the larger of the two.
+__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_auto_kernel(const __grid_constant__ Sm90GemmParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ int wide;
+  if (threadIdx.x < 32) {
+    const bool w = sched::wide_tiles_warp(p.ends, p.num_experts);
+    if (threadIdx.x == 0) wide = w;
+  }
+  __syncthreads();
+  if (wide) sm90_gemm_body<192, 5, 1, true, false>(p);
+  else sm90_gemm_body<128, 6, 1, true, false>(p);
+#elif defined(__CUDA_ARCH__)
+  __trap();
 #endif
 }
 

@@ -1,13 +1,16 @@
-// The SM90 GEMM's tile width follows the capacity, not the live tokens (a captured graph keeps its
-// kernels): 192 columns where a full capacity gives an expert more than 192 rows on average
-// (compute tiles), 128 at decode capacities (weight streaming), and always 128 for the padded
-// baseline. The choice is host-only, so this runs without a GPU.
+// The SM90 GEMM's tile width: where a full capacity gives an expert more than 192 rows on average
+// the host takes 192 columns (compute tiles); below that the live schedule's kernel chooses on the
+// device from the live rows (block_n 0 here; sched::wide_tiles, tested below), because a captured
+// graph keeps its kernels while the routing changes; the padded baseline always takes 128. All
+// host-only, so this runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "gemm/grouped_gemm.hpp"
 #include "layout/layout.cuh"
+#include "schedulers/grouped_tiles.cuh"
 
 namespace fp8moe {
 namespace {
@@ -25,22 +28,43 @@ int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedu
 }
 
 TEST(GemmTileWidth, FollowsRowsPerExpertAtFullCapacity) {
-  if (std::getenv("FP8MOE_GEMM_BLOCK_N")) GTEST_SKIP() << "FP8MOE_GEMM_BLOCK_N overrides the choice";
+  if (std::getenv("FP8MOE_GEMM_BLOCK_N") || std::getenv("FP8MOE_GEMM_CLUSTER"))
+    GTEST_SKIP() << "FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER override the choice";
   constexpr auto kLive = layout::Schedule::kLive;
+  constexpr int kOnDevice = 0;
   // DeepSeek-V3 EP=8 (E=32, k=8): 128 rows per expert at capacity 512, 1024 at 4096.
-  EXPECT_EQ(block_n(512, 8, 32, 4096, kLive), 128);
+  EXPECT_EQ(block_n(512, 8, 32, 4096, kLive), kOnDevice);
   EXPECT_EQ(block_n(4096, 8, 32, 4096, kLive), 192);
   // Qwen3-30B-A3B (E=128, k=8): 32 rows per expert at 512, 256 at 4096.
-  EXPECT_EQ(block_n(512, 8, 128, 1536, kLive), 128);
+  EXPECT_EQ(block_n(512, 8, 128, 1536, kLive), kOnDevice);
   EXPECT_EQ(block_n(4096, 8, 128, 1536, kLive), 192);
   EXPECT_EQ(block_n(4096, 8, 128, 2048, kLive), 192);
-  // Near the boundary: 184 rows per expert stay at 128, 200 take 192.
-  EXPECT_EQ(block_n(736, 8, 32, 4096, kLive), 128);
+  // Near the boundary: 184 rows per expert leave it to the device, 200 take 192.
+  EXPECT_EQ(block_n(736, 8, 32, 4096, kLive), kOnDevice);
   EXPECT_EQ(block_n(800, 8, 32, 4096, kLive), 192);
   // Fewer capacity slots than experts: no underflow.
-  EXPECT_EQ(block_n(1, 8, 128, 2048, kLive), 128);
+  EXPECT_EQ(block_n(1, 8, 128, 2048, kLive), kOnDevice);
   // The padded baseline keeps today's 128x128 tiles.
   EXPECT_EQ(block_n(4096, 8, 32, 4096, layout::Schedule::kPadded), 128);
+  EXPECT_EQ(block_n(512, 8, 32, 4096, layout::Schedule::kPadded), 128);
+}
+
+// The device's rule: 192 columns once the touched experts average more than one 128-row M-tile.
+TEST(GemmTileWidth, DeviceRuleFollowsLiveRows) {
+  auto wide = [](const std::vector<int32_t>& counts) {
+    int64_t m_tiles = 0, touched = 0;
+    for (int32_t c : counts) {
+      m_tiles += (c + layout::kTileM - 1) / layout::kTileM;
+      touched += c > 0;
+    }
+    return sched::wide_tiles(m_tiles, touched);
+  };
+  EXPECT_FALSE(wide({4, 0, 3, 5, 1, 7, 2, 6}));     // decode: one M-tile per touched expert
+  EXPECT_FALSE(wide({128, 128, 0, 128}));           // full single tiles
+  EXPECT_TRUE(wide({129, 128, 0, 128}));            // one expert needs a second tile
+  EXPECT_TRUE(wide({140, 115, 130, 150}));          // 512/512 of DeepSeek-V3 EP=8: ~128 per expert
+  EXPECT_FALSE(wide({0, 0, 0}));                    // nothing live
+  EXPECT_FALSE(wide(std::vector<int32_t>(128, 32)));  // Qwen3-30B at 512/512: 32 per expert
 }
 
 }  // namespace

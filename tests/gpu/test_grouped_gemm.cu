@@ -209,6 +209,17 @@ TEST(Sm90GroupedGemm, PrefillTileWidthsMatchPadded) {
   check_case({640, 384, {1100, 5}, 1});
 }
 
+// Below capacities where the host fixes the width, the live kernel chooses it on the device from
+// the live rows (sched::wide_tiles): experts averaging more than one 128-row M-tile take 192-wide
+// tiles (including a partial last N tile), decode-like routing 128 (with the column split).
+// Either way: equal to the reference and bit-identical to the padded baseline.
+TEST(Sm90GroupedGemm, AutoWidthFollowsLiveRows) {
+  FP8MOE_REQUIRE_SM90();
+  check_case({4096, 1024, {140, 115, 130, 150}});  // 6 M-tiles, 4 experts: 192
+  check_case({7168, 512, {150, 0, 129, 40}});      // 5 M-tiles, 3 experts: 192, partial last N tile
+  check_case({4096, 1024, {40, 100, 0, 17}});      // one M-tile each: 128
+}
+
 // 2-CTA clusters (opt-in): N-neighbours sharing A, M-neighbours sharing B. Experts with an odd
 // number of 128-row tiles leave the second CTA of their last M-pair without rows (it only sends
 // its half of B); decode shapes leave it idle on every tile. Both widths, both still bit-identical
