@@ -420,14 +420,16 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         }
       }
 
-      // Epilogue. Dead halves of a live tile store nothing; padded tiles store every half (zeros
-      // where dead), as the padded baseline does. Per 64-column half: stmatrix into the warpgroup's
-      // 8 KB staging tile, then the 128 threads copy it out with 16-byte stores (8 threads per
-      // 128-byte row segment). (Plain stores measured the same as a TMA store and need no D
-      // tensor map or bulk-group waits.)
+      // Epilogue. Live tiles store their live rows only (a decode tile's 64-row half holds a few:
+      // its dead rows were up to 16% of GEMM2's traffic); padded tiles store every row of every
+      // half (zeros where dead), as the padded baseline does. Per 64-column half: stmatrix into
+      // the warpgroup's 8 KB staging tile, then the 128 threads copy it out with 16-byte stores
+      // (8 threads per 128-byte row segment). (Plain stores measured the same as a TMA store and
+      // need no D tensor map or bulk-group waits.)
       if (kLive && !live) continue;
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
       const int row_base = col_split ? 0 : 64 * warpgroup;
+      const int rows_to_store = t.row_end - t.m_row - row_base;  // >= 64 for every padded tile
       __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
       for (int h = 0; h < kBlockN / 64; ++h) {
@@ -450,6 +452,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #pragma unroll
         for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
           const int r = q / 8, c = q % 8;
+          if (r >= rows_to_store) break;  // rows ascend with q
           const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
           *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
         }
