@@ -167,9 +167,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       // Programmatic dependent launch (kernels/launch.cuh): before waiting for the previous kernel,
       // request the first tile's weights for the whole ring (they do not depend on it), on an SM
-      // that kernel has already left, and the next kL2Ahead k-blocks of them into L2; A and its
-      // scales follow after the wait. Single CTAs only.
-      constexpr int kL2Ahead = 8;
+      // that kernel has already left; A and its scales follow after the wait. Single CTAs only.
       int kb_first = 0;  // the first tile's k-blocks already requested
       if constexpr (kCluster == 1 && FP8MOE_GEMM_ABLATE != 3) {
         sched::TileInfo t0;
@@ -183,8 +181,6 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
           }
-          for (int kb = kb_first; kb < num_kb && kb < kb_first + kL2Ahead; ++kb)
-            ptx::tma_prefetch_2d(map_b, kb * Cfg::kBlockK, t0.expert * p.n + t0.n_col);
           ptx::griddep_wait();
           for (int s = 0; s < kb_first; ++s) {
             ptx::tma_load_2d_hint(smem_a + s * Cfg::kABytes, &p.map_a[box], &full[s], s * Cfg::kBlockK, t0.m_row,
