@@ -89,11 +89,12 @@ __device__ __forceinline__ int load_batch(const PermuteParams& p, int base, int 
 
 // Pass 1 over the slots [lo, hi): this warp's count of each expert, added into my_table (zeroed
 // by the caller). Returns the number of invalid ids in the range (the same value in every lane).
-__device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int hi, int lane, int32_t* my_table) {
+// `expert` keeps the last batch's experts (all of them when the range is one batch).
+__device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int hi, int lane, int32_t* my_table,
+                                           int (&expert)[kMetadataBatch]) {
   const unsigned lanes_below = (1u << lane) - 1u;
   int errors = 0;
   for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
-    int expert[kMetadataBatch];
     errors += load_batch(p, base, hi, lane, expert);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(kMetadataGridWarps * kWarp) permute_count_kern
   __syncthreads();
   const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * p.top_k);
   const SlotRange r = metadata_slot_range(live_slots, blockIdx.x, gridDim.x, warp, num_warps);
-  const int errors = count_slots(p, r.lo, r.hi, lane, table + warp * num_experts);
+  int expert[kMetadataBatch];
+  const int errors = count_slots(p, r.lo, r.hi, lane, table + warp * num_experts, expert);
   if (lane == 0) warp_errors[warp] = errors;
   __syncthreads();
   int32_t* mine = p.cta_counts + static_cast<int64_t>(blockIdx.x) * (num_experts + 1);
@@ -166,7 +168,9 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   const unsigned lanes_below = (1u << lane) - 1u;
 
   // ---- pass 1: per-warp counts
-  const int errors = count_slots(p, range.lo, range.hi, lane, my_table);
+  int batch_experts[kMetadataBatch];  // a one-batch range (every decode case) keeps its experts for pass 2
+  const int errors = count_slots(p, range.lo, range.hi, lane, my_table, batch_experts);
+  const bool one_batch = range.hi - range.lo <= kMetadataBatch * kWarp;
   if (lane == 0) warp_errors[warp] = errors;
   __syncthreads();
 
@@ -234,7 +238,12 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   // ---- pass 2: rows
   for (int base = range.lo; base < range.hi; base += kMetadataBatch * kWarp) {
     int expert[kMetadataBatch];
-    load_batch(p, base, range.hi, lane, expert);
+    if (one_batch) {  // the same slots as pass 1: no second round of dependent loads
+#pragma unroll
+      for (int u = 0; u < kMetadataBatch; ++u) expert[u] = batch_experts[u];
+    } else {
+      load_batch(p, base, range.hi, lane, expert);
+    }
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
       const int e = expert[u];
@@ -289,6 +298,10 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     const int64_t t = item / chunks;
     const int64_t chunk = item % chunks;
     const detail::LaneSlice slice = detail::lane_slice(static_cast<int>(chunk), static_cast<int>(groups), lane);
+    // Lane j holds row_of[t, j0 + j] (one coalesced load), the first 32 slots' loaded together
+    // with the values rather than after quantizing them (two dependent round trips per item
+    // were one); the warp then walks the slots in turn.
+    const int32_t first_rows = lane < top_k ? __ldg(p.row_of + t * top_k + lane) : -1;
     uint32_t x[8] = {};  // 16 BF16 values, two per word
     if (slice.active) {
       const uint4* src = reinterpret_cast<const uint4*>(in + t * hidden + slice.col);
@@ -298,10 +311,9 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     uint4 codes;
     const float scale = detail::quantize_lane<kPow2>(x, codes);
     const uint32_t word = kPacked ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
-    // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn.
     for (int j0 = 0; j0 < top_k; j0 += kWarp) {
       const int slots = min(kWarp, top_k - j0);
-      const int32_t lane_row = lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
+      const int32_t lane_row = j0 == 0 ? first_rows : lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
       for (int j = 0; j < slots; ++j) {
         const int64_t row = __shfl_sync(kFullMask, lane_row, j);
         if (row < 0 || row >= m_cap) continue;
