@@ -298,10 +298,6 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     const int64_t t = item / chunks;
     const int64_t chunk = item % chunks;
     const detail::LaneSlice slice = detail::lane_slice(static_cast<int>(chunk), static_cast<int>(groups), lane);
-    // Lane j holds row_of[t, j0 + j] (one coalesced load), the first 32 slots' loaded together
-    // with the values rather than after quantizing them (two dependent round trips per item
-    // were one); the warp then walks the slots in turn.
-    const int32_t first_rows = lane < top_k ? __ldg(p.row_of + t * top_k + lane) : -1;
     uint32_t x[8] = {};  // 16 BF16 values, two per word
     if (slice.active) {
       const uint4* src = reinterpret_cast<const uint4*>(in + t * hidden + slice.col);
@@ -311,9 +307,10 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     uint4 codes;
     const float scale = detail::quantize_lane<kPow2>(x, codes);
     const uint32_t word = kPacked ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
+    // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn.
     for (int j0 = 0; j0 < top_k; j0 += kWarp) {
       const int slots = min(kWarp, top_k - j0);
-      const int32_t lane_row = j0 == 0 ? first_rows : lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
+      const int32_t lane_row = lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
       for (int j = 0; j < slots; ++j) {
         const int64_t row = __shfl_sync(kFullMask, lane_row, j);
         if (row < 0 || row >= m_cap) continue;
