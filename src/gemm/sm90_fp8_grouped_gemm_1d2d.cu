@@ -88,16 +88,18 @@ constexpr int kAutoSmemBytes = Sm90GemmConfig<128, 6>::kSmemBytes > Sm90GemmConf
 using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
 
 // Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
-// bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule takes
-// 192 when a full capacity gives an expert more than 1.5 M-tiles on average (more than 192 rows:
-// compute tiles), 128 below (decode capacities: weight streaming, where 192's partial last N tile
-// and coarser waves cost 4-15%; perf notes v6 and v14). The padded baseline stays at
-// 128 (today's engines' tile; its 192-wide variant still spills registers). Both widths compute
-// every output element with the same operations in the same order (same k32 wgmma chain per
-// 128-K block, same scale products), so the two schedules stay bit-identical; the GEMM tests
-// check it with mixed widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
-// Below that capacity the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
-// sched::wide_tiles): block_n_for() then returns 0. 2-CTA clusters keep 128 there.
+// bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule:
+//   - 192 from the host when a full capacity gives an expert more than 1.5 M-tiles on average
+//     (more than 192 rows: prefill capacities, compute tiles);
+//   - below that the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
+//     sched::wide_tiles; block_n_for() returns 0): 192 when the touched experts average more than
+//     one M-tile (512/512: -5% end to end), 128 at decode sizes (weight streaming, where 192's
+//     partial last N tile and coarser waves cost 3-4%; perf notes v14-v15). 2-CTA clusters take
+//     128 there.
+// The padded baseline stays at 128 (today's engines' tile). Both widths compute every output
+// element with the same operations in the same order (same k32 wgmma chain per 128-K block, same
+// scale products), so the two schedules stay bit-identical; the GEMM tests check it with mixed
+// widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
 constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between

@@ -12,8 +12,13 @@
 //     skips its math.
 //   Epilogue, per math warpgroup and 64-column half: BF16 fragments -> stmatrix into an 8 KB
 //     shared tile (128-byte swizzle) -> coalesced 16-byte global stores by the warpgroup's threads.
-//     A warpgroup with no live row stores nothing; in a live tile the rows past the expert's end
-//     (the gap up to the 128-row boundary) are written too, which SPEC section 4 allows.
+//     A warpgroup with no live row stores nothing, and live tiles store only their live rows
+//     (padded tiles store all 128).
+//
+// Launches: every variant is sm90_gemm_body<...> (below); the fixed-width kernels run one, the
+// auto-width kernel picks the 128- or 192-wide body from the live rows on the device. Launched as
+// a programmatic dependent (GroupedGemmArgs::dependent_launch), the producer requests the first
+// tile's weights before griddepcontrol.wait.
 //
 // With kCluster = 2 the grid runs in 2-CTA clusters that take N-neighbour tiles (same expert, same
 // rows): each CTA multicasts one 64-row half of the shared A block into both CTAs, so each CTA
@@ -26,7 +31,7 @@
 // half of B and releases every stage.
 //
 // The tile schedule (live or padded) is a template parameter; both share this mainloop, so live
-// rows come out bit-identical between the two.
+// rows come out bit-identical between the two (whatever the width: see the .cu).
 #pragma once
 
 #include <cuda.h>

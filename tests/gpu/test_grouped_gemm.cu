@@ -123,7 +123,8 @@ void check_case(const GemmCase& c) {
   run_case(c, r);
   if (::testing::Test::HasFatalFailure()) return;
   const auto& p = r.perm;
-  // SPEC section 4: the live schedule may write the gap rows of an expert's last live tile, and
+  // SPEC section 4: the live schedule may write the gap rows of an expert's last live tile (it
+  // now stores live rows only; either passes), and
   // nothing past it.
   std::vector<bool> in_live_tile(p.m_cap, false);
   for (size_t e = 0; e < p.ends.size(); ++e) {
