@@ -3,6 +3,7 @@
 a plot of both arms against the floor across live-token counts.
 
     scripts/bench-report.py SUITE.json [--sweep SWEEP.json --plot docs/benchmarks-sweep.png]
+                            [--act-only ACT.json]
 
 Prints Markdown on stdout. Needs matplotlib only for --plot.
 """
@@ -43,6 +44,21 @@ def table(run):
     return "\n".join(lines)
 
 
+def act_table(run):
+    """fp8moe-bench --act-only: live against padded on fully occupied shapes. Live bytes: the gate
+    and up halves read as BF16 (rows x 2I x 2), A2 written as FP8 (rows x I) and its FP32 scales
+    (rows x I/128 x 4)."""
+    lines = ["| shape (fully occupied) | rows | I | padded us | live us | live/padded | live TB/s | bitwise |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in run["shapes"]:
+        rows, inter = s["rows"], s["intermediate"]
+        live_bytes = rows * inter * 5 + rows * (inter // 128) * 4
+        p, l = s["padded"]["median_us"], s["live"]["median_us"]
+        lines.append(f"| {s['shape']} | {rows} | {inter} | {p:.1f} | {l:.1f} | {l / p:.3f} | "
+                     f"{live_bytes / l / 1e6:.2f} | {'equal' if s['bitwise_equal'] else 'DIFFER'} |")
+    return "\n".join(lines)
+
+
 def plot(run, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -71,6 +87,7 @@ def main():
     ap.add_argument("suite")
     ap.add_argument("--sweep")
     ap.add_argument("--plot")
+    ap.add_argument("--act-only")
     a = ap.parse_args()
     print(table(json.load(open(a.suite))))
     if a.sweep:
@@ -79,6 +96,9 @@ def main():
         print(table(sweep))
         if a.plot:
             plot(sweep, a.plot)
+    if a.act_only:
+        print("\n### Activation + quantization alone\n")
+        print(act_table(json.load(open(a.act_only))))
 
 
 if __name__ == "__main__":
