@@ -29,7 +29,6 @@ int sm_count() {
 template <auto kKernel, int kSmemBytes, int kBlockN, int kStages, int kCluster, bool kPairM>
 struct KernelLauncher {
   static constexpr auto kernel = kKernel;
-  static constexpr int kThreads = 384;
 
   // attrs[0]: the cluster shape; attrs[1]: programmatic dependent launch, if `dependent`.
   static cudaLaunchConfig_t config(cudaLaunchAttribute (&attrs)[2], cudaStream_t stream, bool dependent) {
@@ -39,7 +38,7 @@ struct KernelLauncher {
     attrs[0].val.clusterDim.y = 1;
     attrs[0].val.clusterDim.z = 1;
     attrs[1] = kernels::pdl_attribute();
-    c.blockDim = dim3(kThreads);
+    c.blockDim = dim3(kSm90GemmThreads);
     c.dynamicSmemBytes = kSmemBytes;
     c.stream = stream;
     c.attrs = attrs;

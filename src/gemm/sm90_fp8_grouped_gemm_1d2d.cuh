@@ -64,6 +64,9 @@ namespace fp8moe::gemm {
 // box does not cover hold stale bytes; they feed only output rows that are never stored.
 __host__ __device__ constexpr int a_box_rows(int box) { return box == 0 ? 128 : box == 1 ? 64 : 16; }
 
+// Threads of every variant: 2 math warpgroups + 1 producer warpgroup.
+constexpr int kSm90GemmThreads = 384;
+
 struct Sm90GemmParams {
   CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
   CUtensorMap map_b[2];  // FP8 [E * n, k], box BN x 128 (BN = 128, 192), 128-byte swizzle
@@ -89,7 +92,6 @@ template <int kBlockN, int kStages>
 struct Sm90GemmConfig {
   static constexpr int kBlockM = 128;
   static constexpr int kBlockK = 128;
-  static constexpr int kThreads = 384;  // 2 math warpgroups + 1 producer warpgroup
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSfaBytes = kBlockM * 4;
@@ -473,7 +475,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #endif
 
 template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
-__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
+__global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   sm90_gemm_body<kBlockN, kStages, kCluster, kLive, kPairM>(p);
 #elif defined(__CUDA_ARCH__)
@@ -486,7 +488,7 @@ __global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_kernel(cons
 // the same launch with new routing). Every thread reaches the same choice from ends[]
 // (sched::wide_tiles): 192 columns when the touched experts average more than one 128-row M-tile
 // (mid-size batches), 128 at decode sizes. Shared memory is sized for the larger of the two.
-__global__ void __launch_bounds__(384, 1) sm90_fp8_grouped_gemm_1d2d_auto_kernel(const __grid_constant__ Sm90GemmParams p) {
+__global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2d_auto_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __shared__ int wide;
   if (threadIdx.x < 32) {
