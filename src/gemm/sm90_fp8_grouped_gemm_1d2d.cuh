@@ -63,6 +63,11 @@ namespace fp8moe::gemm {
 // tile with 4 live rows moves 2 KB of A per stage instead of 16 KB. The rows of shared memory the
 // box does not cover hold stale bytes; they feed only output rows that are never stored.
 __host__ __device__ constexpr int a_box_rows(int box) { return box == 0 ? 128 : box == 1 ? 64 : 16; }
+// The box a tile with `live_rows` rows from its first row loads (the full one for the padded schedule).
+template <bool kLive>
+__host__ __device__ constexpr int a_box_for(int live_rows) {
+  return !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
+}
 
 // Threads of every variant: 2 math warpgroups + 1 producer warpgroup.
 constexpr int kSm90GemmThreads = 384;
@@ -181,8 +186,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         Scheduler first = scheduler;
         if (first.get(first_tile_id<kCluster>(), t0)) {
           kb_first = num_kb < kStages ? num_kb : kStages;
-          const int live_rows = t0.row_end - t0.m_row;
-          const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
+          const int box = a_box_for<kLive>(t0.row_end - t0.m_row);
           for (int s = 0; s < kb_first; ++s) {
             ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
             ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
@@ -207,7 +211,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
         const int live_rows = t.row_end - t.m_row;
         const bool cta_live = !kPairM || live_rows > 0;  // M-pairs: this CTA's 128 rows hold live rows
-        const int box = !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
+        const int box = a_box_for<kLive>(live_rows);
         const CUtensorMap* map_a = &p.map_a[box];
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
