@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
       live_rows += counts[e];
       touched += counts[e] > 0;
     }
-    int32_t *d_ends, *d_rows;
+    int32_t *d_ends, *d_rows, *d_counter;  // the live GEMMs' tile counter, zeroed before every launch
+    BENCH_CUDA(cudaMalloc(&d_counter, 4));
     BENCH_CUDA(cudaMalloc(&d_ends, E * 4));
     BENCH_CUDA(cudaMalloc(&d_rows, m_cap * 4));
     BENCH_CUDA(cudaMemcpy(d_ends, ends.data(), E * 4, cudaMemcpyHostToDevice));
@@ -181,15 +182,17 @@ int main(int argc, char** argv) {
       args.n = n;
       args.k = k;
       args.num_experts = E;
+      args.tile_counter = d_counter;
       for (auto sched : {layout::Schedule::kPadded, layout::Schedule::kLive}) {
         args.schedule = sched;
         const auto info = gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
         const std::string width = info.block_n ? std::to_string(info.stages) + " stages, BLOCK_N " +
                                                      std::to_string(info.block_n)
                                                : std::string("BLOCK_N 128 or 192 by the live rows (on the device)");
-        std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d%s, %s\n", g + 1,
+        std::fprintf(stderr, "gemm%d %s: %d CTAs, cluster %d%s, %s, %s tiles\n", g + 1,
                      sched == layout::Schedule::kLive ? "live" : "padded", info.ctas, info.cluster,
-                     info.cluster > 1 ? (info.pair_m ? " (M-pairs)" : " (N-pairs)") : "", width.c_str());
+                     info.cluster > 1 ? (info.pair_m ? " (M-pairs)" : " (N-pairs)") : "", width.c_str(),
+                     info.dynamic ? "dynamic" : "fixed-stride");
       }
       std::vector<double> us[2];
       bench::TelemetrySamples tele[2];  // NVML readings while each arm's samples run
@@ -201,6 +204,7 @@ int main(int argc, char** argv) {
         telemetry.start();
         for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
           flush.run(nullptr);
+          BENCH_CUDA(cudaMemsetAsync(d_counter, 0, 4));
           BENCH_CUDA(cudaEventRecord(ev0));
           BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
           BENCH_CUDA(cudaEventRecord(ev1));
@@ -249,6 +253,7 @@ int main(int argc, char** argv) {
         args.d = d_live;
         BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_trace(nullptr));
         flush.run(nullptr);
+        BENCH_CUDA(cudaMemsetAsync(d_counter, 0, 4));
         BENCH_CUDA(gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
         BENCH_CUDA(cudaDeviceSynchronize());
         std::vector<uint64_t> tr(size_t(gemm::kGemmTraceCtas) * gemm::kGemmTraceSlots);
@@ -285,6 +290,7 @@ int main(int argc, char** argv) {
     }
     cudaFree(d_ends);
     cudaFree(d_rows);
+    cudaFree(d_counter);
   }
   if (js) {
     std::fprintf(js, "]}\n");

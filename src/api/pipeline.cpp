@@ -53,6 +53,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   perm.error_count = at<int32_t>(args, layout.error_count);
   perm.row_of = row_of;
   perm.row_expert = live ? nullptr : row_expert;  // only the padded GEMMs read it
+  int32_t* tile_counters = at<int32_t>(args, layout.tile_counters);
+  perm.gemm_tile_counters = tile_counters;
   perm.metadata_ctas = kernels::metadata_ctas(config.capacity, config.top_k);
   perm.cta_counts = at<int32_t>(args, layout.cta_counts);
   perm.hidden = args.hidden;
@@ -70,6 +72,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.schedule = static_cast<fp8moe::layout::Schedule>(config.schedule);
   g.dependent_launch = true;  // ends[] and row_expert come from the metadata kernel, two or more launches back
 
+  g.tile_counter = tile_counters;  // (zeroed by the metadata kernel, two or more launches back)
   g.a = perm.a1;
   g.a_scale = static_cast<const float*>(perm.a1_scale);
   g.b = static_cast<const uint8_t*>(args.w13);
@@ -94,6 +97,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   if (Status s = check(kernels::launch_act_quant(act, stream), "activation+quantization"); s != Status::kSuccess)
     return s;
 
+  g.tile_counter = tile_counters + 1;
   g.a = act.a2;
   g.a_scale = static_cast<const float*>(act.a2_scale);
   g.b = static_cast<const uint8_t*>(args.w2);

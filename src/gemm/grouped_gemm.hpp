@@ -37,6 +37,11 @@ struct GroupedGemmArgs {
   // row_expert were written at least two kernel launches earlier (the pipeline: by the metadata
   // kernel), because they are read before the wait.
   bool dependent_launch = false;
+  // Optional int32 that is zero at launch (the pipeline: zeroed by the metadata kernel). With it the
+  // live single-CTA kernels hand out every tile after each CTA's first from this counter in claim
+  // order (dynamic tiles) instead of a fixed stride of gridDim; after the launch it holds the
+  // number of tiles. FP8MOE_GEMM_DYNAMIC=0 ignores it (for A/B runs).
+  int32_t* tile_counter = nullptr;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
@@ -51,6 +56,7 @@ struct GemmLaunchInfo {
   int stages = 0;
   int block_n = 0;  // 0: 128 or 192, chosen on the device from the live rows (stages likewise)
   bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
+  bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
 

@@ -132,6 +132,17 @@ int block_n_for(const GroupedGemmArgs& a) {
   return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
 }
 
+// Dynamic tiles (the kernel's `dynamic`): live single CTAs given a counter, unless
+// FP8MOE_GEMM_DYNAMIC=0. The padded baseline keeps the fixed stride engines use.
+int32_t* tile_counter_for(const GroupedGemmArgs& a) {
+  static const bool off = [] {
+    const char* v = std::getenv("FP8MOE_GEMM_DYNAMIC");
+    return v != nullptr && !std::strcmp(v, "0");
+  }();
+  if (off || a.schedule != layout::Schedule::kLive || cluster_for(a) != GemmCluster::kSingle) return nullptr;
+  return a.tile_counter;
+}
+
 template <typename F>
 auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const GemmCluster cluster = cluster_for(a);
@@ -154,7 +165,9 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
 }  // namespace
 
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
-  return dispatch(a, [](auto launcher) { return decltype(launcher)::info(); });
+  GemmLaunchInfo info = dispatch(a, [](auto launcher) { return decltype(launcher)::info(); });
+  info.dynamic = tile_counter_for(a) != nullptr;
+  return info;
 }
 
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t stream) {
@@ -185,6 +198,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   p.b_scale = a.b_scale;
   p.ends = a.ends;
   p.row_expert = a.row_expert;
+  p.tile_counter = tile_counter_for(a);
   p.m_cap = a.m_cap;
   p.n = a.n;
   p.k = a.k;

@@ -3,7 +3,9 @@
 //
 //   warpgroup 2 (producer, 40 registers): one thread walks the tile schedule and, for every 128-K
 //     block, waits for a free ring stage and issues three TMA loads into it (A 128x128 with an L2
-//     evict-last hint, B BNx128, A's 128 scales), completing on the stage's `full` mbarrier;
+//     evict-last hint, B BNx128, A's 128 scales), completing on the stage's `full` mbarrier. Live
+//     single CTAs claim each tile after their first from a global counter (dynamic tiles) and
+//     pass its id to the math warpgroups in shared memory with the tile's first k-block;
 //   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. The tile's
 //     columns are two halves, each a group of four wgmma m64n(BN/2)k32 into its own FP32
 //     accumulator, software-pipelined so that one half runs on the tensor cores while the other
@@ -80,6 +82,7 @@ struct Sm90GemmParams {
   const float* b_scale;
   const int32_t* ends;
   const int32_t* row_expert;
+  int32_t* tile_counter;  // live single CTAs: tiles after each CTA's first are claimed here (null: fixed stride)
   int64_t m_cap;
   int n, k, num_experts;
   CUtensorMap map_b_half;  // as map_b with box BN/2 x 128 (kPairM clusters)
@@ -105,11 +108,17 @@ struct Sm90GemmConfig {
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 2 * kMaxExperts * 4 + 1024;
+  // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims).
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 2 * kMaxExperts * 4 + kStages * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// 128-K blocks per tile (K is a positive multiple of 128), derived from the parameter where used so
+// that no register carries it into both roles (held in one, it was the 40-register producer's
+// spill victim, reloaded inside the math loop too).
+__device__ __forceinline__ int kblocks(const Sm90GemmParams& p) { return static_cast<int>(static_cast<unsigned>(p.k) / 128); }
 // A persistent CTA (cluster) takes tile ids first, first + step, ... (read where used rather than
 // kept in a register across the kernel: the auto-width kernel spilled it).
 template <int kCluster>
@@ -144,9 +153,16 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   uint64_t* empty = full + kStages;
   int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
   int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
+  int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts;
 
   const int warpgroup = threadIdx.x / 128;
-  const int num_kb = p.k / Cfg::kBlockK;
+  // Dynamic tiles (live single CTAs with a counter): a CTA's first tile is its block index, every
+  // later one is claimed from the counter by the producer when it requests the current tile's last
+  // k-block, so tiles start in id order whatever each tile and SM takes (no drift between CTAs that
+  // share an expert's weights through L2, no ragged end from a fixed share), and it is published to
+  // the math warpgroups in shared memory with that tile's first k-block.
+  const bool dynamic = kLive && kCluster == 1 && p.tile_counter != nullptr;
+  auto claim = [&] { return static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1); };
   const uint32_t rank = kCluster == 1 ? 0 : ptx::cluster_ctarank();
 
   if (threadIdx.x == 256) {
@@ -185,7 +201,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         sched::TileInfo t0;
         Scheduler first = scheduler;
         if (first.get(first_tile_id<kCluster>(), t0)) {
-          kb_first = num_kb < kStages ? num_kb : kStages;
+          kb_first = kblocks(p) < kStages ? kblocks(p) : kStages;
           const int box = a_box_for<kLive>(t0.row_end - t0.m_row);
           for (int s = 0; s < kb_first; ++s) {
             ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
@@ -205,7 +221,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       ptx::griddep_wait();  // (returns at once when it already waited above)
       ptx::griddep_launch_dependents();
       sched::TileInfo t;
-      for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id += tile_id_step<kCluster>()) {
+      int id = first_tile_id<kCluster>();
+      while (scheduler.get(id, t)) {
+        int next = id + tile_id_step<kCluster>();
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
         // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
         const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
@@ -215,8 +233,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const CUtensorMap* map_a = &p.map_a[box];
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
-        for (int kb = kb_first; kb < num_kb; ++kb) {
+        for (int kb = kb_first; kb < kblocks(p); ++kb) {
+          if (dynamic && kb == kblocks(p) - 1) next = claim();  // (its latency overlaps the wait)
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
+          if (dynamic && kb == 0) smem_tile_id[stage] = id;  // published by the arrive below
           if (FP8MOE_GEMM_ABLATE == 3) {
             ptx::mbar_arrive(&full[stage]);
             if (++stage == kStages) {
@@ -252,7 +272,14 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             phase ^= 1u;
           }
         }
+        if (dynamic && kb_first >= kblocks(p)) next = claim();  // the whole tile was requested before the wait
         kb_first = 0;
+        id = next;
+      }
+      if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
+        ptx::mbar_wait(&empty[stage], phase ^ 1u);
+        smem_tile_id[stage] = id;
+        ptx::mbar_arrive(&full[stage]);
       }
     }
   } else {
@@ -285,7 +312,15 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
     int traced = 0;
     trace_time(traced++);
 #endif
-    for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id += tile_id_step<kCluster>()) {
+    // The next tile: the fixed stride, or the id the producer published with the next tile's first
+    // k-block (its wait is the one the k-loop would do first; a second wait on a completed phase
+    // returns at once).
+    auto next_id = [&](int id) {
+      if (!dynamic) return id + tile_id_step<kCluster>();
+      ptx::mbar_wait(&full[stage], phase);
+      return smem_tile_id[stage];
+    };
+    for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id = next_id(id)) {
 #if FP8MOE_GEMM_TRACE
       trace_time(traced++);
 #endif
@@ -309,7 +344,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
 
       if (!live) {  // keep the ring in step: wait for every stage and release it
-        for (int kb = 0; kb < num_kb; ++kb) {
+        for (int kb = 0; kb < kblocks(p); ++kb) {
           ptx::mbar_wait(&full[stage], phase);
           release(stage);
           advance();
@@ -320,8 +355,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const int n128 = t.n_col / 128;
         const int split = 128 - t.n_col % 128;  // 128 or 64
         const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
-        const float* sb_lo = p.b_scale + (expert_scales + n128) * num_kb;
-        const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * num_kb;
+        const float* sb_lo = p.b_scale + (expert_scales + n128) * kblocks(p);
+        const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * kblocks(p);
         // The tile's columns are computed as two halves with their own accumulators, A = columns
         // [0, BN/2) and B = [BN/2, BN), each a separate wgmma group over the 128-K block, pipelined
         // so that one half runs on the tensor cores while the other is promoted:
@@ -369,7 +404,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 
         if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
           const int row = row_in_tile - 64 * warpgroup;
-          for (int kb = 0; kb < num_kb; ++kb) {
+          for (int kb = 0; kb < kblocks(p); ++kb) {
             const float sb = __ldg(sb_lo + kb);
             ptx::mbar_wait(&full[stage], phase);
             const float sa0 = smem_sfa[stage * Cfg::kBlockM + row];
@@ -392,7 +427,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         float sb = __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
         issue(acc_a, 0, a_desc_offset);
         issue(acc_b, 1, a_desc_offset);
-        for (int kb = 0; kb + 1 < num_kb; ++kb) {
+        for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
           const float sb_next = __ldg(sb_lo + kb + 1), sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
           ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
 #pragma unroll

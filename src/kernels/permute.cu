@@ -222,6 +222,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
         for (int w = 0; w < num_warps; ++w) total += warp_errors[w];
       }
       *p.error_count = total;  // overwrites the previous run's count
+      if (p.gemm_tile_counters != nullptr) p.gemm_tile_counters[0] = p.gemm_tile_counters[1] = 0;
     }
   }
   __syncthreads();

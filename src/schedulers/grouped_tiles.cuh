@@ -1,6 +1,8 @@
-// Tile schedulers of the grouped GEMMs (SPEC section 4). A persistent CTA walks linear tile ids
-// blockIdx.x, blockIdx.x + gridDim.x, ... and asks a scheduler what each id means. Producer and
-// math warpgroups run their own copy of the same scheduler, so they agree without talking.
+// Tile schedulers of the grouped GEMMs (SPEC section 4). A persistent CTA takes linear tile ids in
+// increasing order, blockIdx.x first, then either blockIdx.x + gridDim.x, ... (fixed stride) or
+// ids its producer claims from a counter (dynamic tiles, the live single-CTA GEMMs: see the
+// kernel), and asks a scheduler what each id means. Producer and math warpgroups run their own
+// copy of the same scheduler on the same ids, so they agree on the tiles.
 //
 // - LiveTileScheduler reads the prefix-sum layout ends[] (staged in shared memory with a prefix
 //   of live tiles per expert, so finding a tile's expert is a binary search in shared memory

@@ -373,6 +373,7 @@ std::vector<Buffer> expected_buffers(const Config& c, const WorkspaceLayout& w) 
       {"counts", w.counts, 4 * E},
       {"ends", w.ends, 4 * E},
       {"error_count", w.error_count, 4},
+      {"tile_counters", w.tile_counters, 8},
       {"row_of", w.row_of, 4 * C * k},
       {"row_expert", w.row_expert, 4 * mcap},
       {"a1", w.a1, mcap * H},
@@ -434,8 +435,9 @@ TEST(Api, SeedCaseNumbers) {
   EXPECT_EQ(w.counts, 0u);
   EXPECT_EQ(w.ends, 256u);
   EXPECT_EQ(w.error_count, 512u);
-  EXPECT_EQ(w.row_of, 768u);
-  EXPECT_EQ(w.row_expert, 768u + 16384u);
+  EXPECT_EQ(w.tile_counters, 768u);
+  EXPECT_EQ(w.row_of, 1024u);
+  EXPECT_EQ(w.row_expert, 1024u + 16384u);
 }
 
 TEST(Api, WorkspaceGrowsWithCapacity) {

@@ -1,5 +1,6 @@
 // SM90 grouped GEMM against the CPU reference: relative error < 2e-3 on live rows, live vs padded
-// bit-identical on live rows, nothing written past an expert's last live tile by the live schedule.
+// bit-identical on live rows (the live schedule with claimed tiles and with the fixed stride),
+// nothing written past an expert's last live tile by the live schedule.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "layout/layout.cuh"
 #include "numerics/numerics.cuh"
 #include "reference/reference.hpp"
+#include "schedulers/grouped_tiles.cuh"
 
 namespace {
 
@@ -40,9 +42,24 @@ struct GemmCase {
 };
 
 struct GemmRun {
-  std::vector<uint16_t> live, padded, expect;
+  std::vector<uint16_t> live, live_fixed, padded, expect;
   fp8moe::ref::Permutation perm;
+  bool dynamic = false;      // the live run claimed its tiles from a counter
+  int32_t claimed = 0;       // the counter after that run
+  int64_t live_tiles = 0;    // tiles of the live run's schedule
 };
+
+// Tiles the live schedule visits with single CTAs: ceil(n_e / 128) x ceil(N / BN) per expert, BN
+// as the kernel chooses it (block_n 0: on the device from the live rows, sched::wide_tiles).
+int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
+  int64_t m_tiles = 0, touched = 0;
+  for (int32_t c : p.counts) {
+    m_tiles += layout::ceil_div(c, layout::kTileM);
+    touched += c > 0;
+  }
+  if (block_n == 0) block_n = fp8moe::sched::wide_tiles(m_tiles, touched) ? 192 : 128;
+  return m_tiles * layout::ceil_div(n, block_n);
+}
 
 // Builds random operands for `c`, runs both schedules and the reference.
 void run_case(const GemmCase& c, GemmRun& r) {
@@ -75,7 +92,8 @@ void run_case(const GemmCase& c, GemmRun& r) {
   DeviceBuffer<uint8_t> d_a(a.size()), d_b(b.size());
   DeviceBuffer<float> d_as(a_scale.size()), d_bs(b_scale.size());
   DeviceBuffer<int32_t> d_ends(num_experts), d_rows(p.m_cap);
-  DeviceBuffer<uint16_t> d_live(p.m_cap * c.n), d_padded(p.m_cap * c.n);
+  DeviceBuffer<uint16_t> d_live(p.m_cap * c.n), d_fixed(p.m_cap * c.n), d_padded(p.m_cap * c.n);
+  DeviceBuffer<int32_t> d_counter(1);
   d_a.upload(a);
   d_b.upload(b);
   d_as.upload(a_scale);
@@ -83,7 +101,9 @@ void run_case(const GemmCase& c, GemmRun& r) {
   d_ends.upload(p.ends);
   d_rows.upload(p.row_expert);
   d_live.poison(0xFF);
+  d_fixed.poison(0xFF);
   d_padded.poison(0xFF);
+  CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
 
   GroupedGemmArgs args;
   args.a = d_a.ptr;
@@ -104,6 +124,15 @@ void run_case(const GemmCase& c, GemmRun& r) {
     const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
     EXPECT_TRUE(info.cluster == 2 && info.pair_m) << "M-pair clusters not selected";
   }
+  // The live schedule twice: tiles claimed from a counter (what the pipeline runs), then the fixed
+  // stride; both must match the padded baseline bit for bit.
+  args.tile_counter = d_counter.ptr;
+  const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
+  r.dynamic = info.dynamic;
+  r.live_tiles = live_tiles(p, c.n, info.block_n);
+  CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
+  args.tile_counter = nullptr;
+  args.d = d_fixed.ptr;
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   args.d = d_padded.ptr;
   args.schedule = Schedule::kPadded;
@@ -111,7 +140,9 @@ void run_case(const GemmCase& c, GemmRun& r) {
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   r.live = d_live.download();
+  r.live_fixed = d_fixed.download();
   r.padded = d_padded.download();
+  r.claimed = d_counter.download()[0];
 
   r.expect.assign(p.m_cap * c.n, 0);
   fp8moe::ref::grouped_gemm(p, num_experts, a.data(), a_scale.data(), layout::ScaleFormat::kFp32, b.data(),
@@ -153,6 +184,11 @@ void check_case(const GemmCase& c) {
   EXPECT_EQ(unwritten, 0) << "live rows left unwritten";
   EXPECT_EQ(poison_lost, 0) << "live schedule wrote past an expert's last live tile";
   EXPECT_EQ(not_identical, 0) << "live and padded differ on live rows";
+  EXPECT_TRUE(r.live == r.live_fixed) << "claimed tiles and the fixed stride wrote different outputs";
+  // Single CTAs claim every tile once (each CTA's first by its index, then one claim per tile it
+  // ran, the last one past the end), so the counter ends at the tile count; clusters never claim.
+  if (c.cluster == GemmCluster::kAuto) EXPECT_TRUE(r.dynamic) << "the live run did not use its counter";
+  EXPECT_EQ(r.claimed, r.dynamic ? r.live_tiles : 0) << "tile claims";
   if (ref2 > 0) {
     const double rel = std::sqrt(err2 / ref2);
     EXPECT_LT(rel, 2e-3) << "relative error vs reference";
