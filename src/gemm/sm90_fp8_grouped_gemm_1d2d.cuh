@@ -158,9 +158,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   const int warpgroup = threadIdx.x / 128;
   // Dynamic tiles (live single CTAs with a counter): a CTA's first tile is its block index, every
   // later one is claimed from the counter by the producer when it requests the current tile's last
-  // ring of k-blocks, so tiles start in id order whatever each tile and SM takes (no drift between
-  // CTAs that share an expert's weights through L2, no ragged end from a fixed share), and it is
-  // published to the math warpgroups in shared memory with that tile's first k-block.
+  // k-block, so tiles start in id order whatever each tile and SM takes (no drift between CTAs that
+  // share an expert's weights through L2, no ragged end from a fixed share), and it is published to
+  // the math warpgroups in shared memory with that tile's first k-block.
   const bool dynamic = kLive && kCluster == 1 && p.tile_counter != nullptr;
   auto claim = [&] { return static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1); };
   const uint32_t rank = kCluster == 1 ? 0 : ptx::cluster_ctarank();
@@ -234,10 +234,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
         for (int kb = kb_first; kb < kblocks(p); ++kb) {
-          // Claimed one ring ahead of the tile's end, so that its latency (~1 us) hides behind the
-          // ring even for tiles of a few k-blocks (Qwen3-30B's GEMM2: 6).
-          const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
-          if (dynamic && kb == claim_kb) next = claim();
+          if (dynamic && kb == kblocks(p) - 1) next = claim();  // (its latency overlaps the wait)
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
           if (dynamic && kb == 0) smem_tile_id[stage] = id;  // published by the arrive below
           if (FP8MOE_GEMM_ABLATE == 3) {
@@ -334,14 +331,12 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       } else {
         t.n_col += rank * kBlockN;
       }
-      // A live tile with at most 64 live rows gives both warpgroups work: each takes one column
-      // half (BN/2 columns) of rows [0, 64) instead of warpgroup 1 idling (the padded baseline
-      // keeps the DeepGEMM layout). Measured on the H200 (128-wide): 512/512 GEMMs -5..-10%; with
-      // at most 16 live rows (the 16-row A box, decode: weight streaming) it was 1% slower, so
-      // those keep one warpgroup in the 128-wide kernel. The 192-wide one runs mid-size and
-      // prefill batches, where an expert's last M-tile often has a few rows and is compute-bound.
-      const bool col_split = kLive && FP8MOE_GEMM_ABLATE != 2 && !t.live_half[1] &&
-                             (kBlockN == 192 || t.row_end - t.m_row > a_box_rows(2));
+      // A live tile with 17..64 live rows gives both warpgroups work: each takes one 64-column
+      // half of rows [0, 64) instead of warpgroup 1 idling (128-wide live kernel; the padded
+      // baseline keeps the DeepGEMM layout). Measured on the H200: 512/512 GEMMs -5..-10%; with
+      // at most 16 live rows (the 16-row A box, decode) it was 1% slower, so those keep one warpgroup.
+      const bool col_split = kLive && kBlockN == 128 && FP8MOE_GEMM_ABLATE != 2 && !t.live_half[1] &&
+                             t.row_end - t.m_row > a_box_rows(2);
       const bool live =
           col_split || (FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]));
       float out[2 * Half::kAccum];
@@ -407,10 +402,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
           }
         };
 
-        if (col_split) {  // this warpgroup: rows [0, 64), column half `warpgroup`
+        if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
           const int row = row_in_tile - 64 * warpgroup;
           for (int kb = 0; kb < kblocks(p); ++kb) {
-            const float sb = __ldg(sb_lo + kb), sb2 = kBlockN > 128 ? __ldg(sb_hi + kb) : sb;
+            const float sb = __ldg(sb_lo + kb);
             ptx::mbar_wait(&full[stage], phase);
             const float sa0 = smem_sfa[stage * Cfg::kBlockM + row];
             const float sa1 = smem_sfa[stage * Cfg::kBlockM + row + 8];
@@ -420,9 +415,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
             release(stage);
             if (warpgroup == 0)  // (a compile-time half: `out` must stay in registers)
-              promote(acc_a, 0, sa0, sa1, sb, sb2);
+              promote(acc_a, 0, sa0, sa1, sb, sb);
             else
-              promote(acc_a, 1, sa0, sa1, sb, sb2);
+              promote(acc_a, 1, sa0, sa1, sb, sb);
             advance();
           }
         } else {
@@ -478,29 +473,19 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       // (8 threads per 128-byte row segment). (Plain stores measured the same as a TMA store and
       // need no D tensor map or bulk-group waits.)
       if (kLive && !live) continue;
-      // A column-split warpgroup owns the fragment chunks (8 columns each) of its half: in the
-      // 128-wide kernel those are whole 64-column pieces h; in the 192-wide one warpgroup 0 owns
-      // h = 0 and the first half of h = 1, warpgroup 1 the rest.
-      constexpr int kHalfChunks = kBlockN / 16;
-      auto owns = [&](int chunk) { return !col_split || chunk / kHalfChunks == warpgroup; };
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
-      // (stmatrix addresses from a fresh lane index: hoisted out of the tile loop, they made the
-      // auto-width kernel's 128-wide body spill)
-      const int ln = ptx::lane_id();
       const int row_base = col_split ? 0 : 64 * warpgroup;
       const int rows_to_store = t.row_end - t.m_row - row_base;  // >= 64 for every padded tile
       __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
       for (int h = 0; h < kBlockN / 64; ++h) {
         if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
-        // (the 128-wide test spelled out: the generic one made the auto-width kernel spill)
-        if (kBlockN == 128 ? col_split && h != warpgroup : !owns(8 * h) && !owns(8 * h + 7)) continue;
+        if (col_split && h != warpgroup) continue;
         ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
 #pragma unroll
         for (int i = 8 * h; i < 8 * h + 8; i += 2) {  // fragment chunks i, i+1 = 16 columns
-          if (kBlockN != 128 && !owns(i)) continue;  // (halves end on even chunks)
-          const int j = ln / 8;                        // the matrix this lane addresses
-          const int r = warp * 16 + (j % 2) * 8 + ln % 8;
+          const int j = lane / 8;                      // the matrix this lane addresses
+          const int r = warp * 16 + (j % 2) * 8 + lane % 8;
           const int c = i + j / 2 - 8 * h;             // 16-byte chunk within the 128-byte row
           auto pack = [&](int q) {
             const __nv_bfloat162 v = __floats2bfloat162_rn(out[q], out[q + 1]);
@@ -510,12 +495,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
                            pack(4 * i + 6));
         }
         ptx::named_barrier(1 + warpgroup, 128);
-        const int own_lo = warpgroup * kHalfChunks - 8 * h;  // a column-split warpgroup's chunks, from 8h
 #pragma unroll
         for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
           const int r = q / 8, c = q % 8;
           if (r >= rows_to_store) break;  // rows ascend with q
-          if (kBlockN != 128 && col_split && (c < own_lo || c >= own_lo + kHalfChunks)) continue;
           const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
           *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
         }

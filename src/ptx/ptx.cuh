@@ -19,14 +19,6 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// The lane index, read from the special register each time (volatile: the compiler cannot hoist
-// values computed from it out of a loop, where it might rather spill them than recompute them).
-__device__ __forceinline__ int lane_id() {
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-  return lane;
-}
-
 // ---- mbarrier ---------------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");

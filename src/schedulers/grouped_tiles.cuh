@@ -39,12 +39,9 @@ struct TileInfo {
   bool live_half[2] = {false, false};  // 64-row halves that carry live rows (get math)
 };
 
-// Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised. `Index` is the
-// id's type: int64_t for the padded schedule's ids, int for the live one's (32-bit division: a
-// 64-bit one kept a register for its high word across the whole math warpgroup).
-template <typename Index>
-FP8MOE_HD void raster(Index local, int num_m, int num_n, int& m, int& n) {
-  const Index band_tiles = static_cast<Index>(kBandM) * num_n;
+// Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised.
+FP8MOE_HD void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
+  const int64_t band_tiles = static_cast<int64_t>(kBandM) * num_n;
   const int band = static_cast<int>(local / band_tiles);
   const int band_start = band * kBandM;
   const int height = num_m - band_start < kBandM ? num_m - band_start : kBandM;

@@ -228,10 +228,8 @@ TEST(Sm90GroupedGemm, SeedGemm2DecodeShape) {  // N = H = 7168, K = I = 2048
 }
 
 // Tiles with 17..64 live rows: the live kernel splits the tile's columns between its two math
-// warpgroups (16 rows or fewer, and 65 or more, keep the usual split by rows; the 192-wide kernel
-// splits every tile with at most 64 rows: AutoWidthFollowsLiveRows and PrefillTileWidthsMatchPadded
-// have such tiles, including partial last N tiles): still equal to the reference and bit-identical
-// to the padded baseline.
+// warpgroups (16 rows or fewer, and 65 or more, keep the usual split by rows): still equal to the
+// reference and bit-identical to the padded baseline.
 TEST(Sm90GroupedGemm, SmallTilesSplitColumnsBetweenWarpgroups) {
   FP8MOE_REQUIRE_SM90();
   check_case({4096, 7168, {17, 40, 64, 16, 65, 0, 33, 1}});
