@@ -234,7 +234,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
         for (int kb = kb_first; kb < kblocks(p); ++kb) {
-          if (dynamic && kb == kblocks(p) - 1) next = claim();  // (its latency overlaps the wait)
+          // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
+          const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
+          if (dynamic && kb == claim_kb) next = claim();
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
           if (dynamic && kb == 0) smem_tile_id[stage] = id;  // published by the arrive below
           if (FP8MOE_GEMM_ABLATE == 3) {
