@@ -157,10 +157,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 
   const int warpgroup = threadIdx.x / 128;
   // Dynamic tiles (live single CTAs with a counter): a CTA's first tile is its block index, every
-  // later one is claimed from the counter by the producer when it requests the current tile's last
-  // k-block, so tiles start in id order whatever each tile and SM takes (no drift between CTAs that
-  // share an expert's weights through L2, no ragged end from a fixed share), and it is published to
-  // the math warpgroups in shared memory with that tile's first k-block.
+  // later one is claimed from the counter by the producer a ring (kStages k-blocks) before the
+  // current tile's end, so tiles start in id order whatever each tile and SM takes (no drift
+  // between CTAs that share an expert's weights through L2, no ragged end from a fixed share), and
+  // it is published to the math warpgroups in shared memory with that tile's first k-block.
   const bool dynamic = kLive && kCluster == 1 && p.tile_counter != nullptr;
   auto claim = [&] { return static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1); };
   const uint32_t rank = kCluster == 1 ? 0 : ptx::cluster_ctarank();
