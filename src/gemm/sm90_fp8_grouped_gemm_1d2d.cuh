@@ -55,6 +55,9 @@
 // Timeline builds, also for investigation only: -DFP8MOE_GEMM_TRACE=1 makes thread 0 of every CTA
 // (math warpgroup 0) write %globaltimer when it starts each tile and when it leaves the tile loop,
 // into g_sm90_gemm_trace[cta][slot] (slot 0 = kernel entry; read back by the GEMM bench).
+// -DFP8MOE_GEMM_TRACE=2 records four times per tile instead of one (on the two-half path that
+// decode and prefill tiles take): its start, the first k-block's data in shared memory, the last
+// k-block released, the epilogue's end.
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
 #endif
@@ -424,6 +427,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
           }
         } else {
         ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
         float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
         float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
         float sb = __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
@@ -463,6 +469,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #pragma unroll
         for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
         release(stage);
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
         promote(acc_b, 1, sa0, sa1, sb, sb2);
         advance();
         }
@@ -505,6 +514,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
           *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
         }
       }
+#if FP8MOE_GEMM_TRACE >= 2
+      trace_time(traced++);
+#endif
     }
 #if FP8MOE_GEMM_TRACE
     trace_time(traced);
