@@ -1,8 +1,11 @@
 // The live tile scheduler (src/schedulers/grouped_tiles.cuh) walked on the CPU the way the GEMM's
-// persistent CTAs walk it (ids cta, cta + grid, ...): every live 128-row tile x N-tile is handed
-// out exactly once and nothing past an expert's last live tile; with 256-row blocks (2-CTA clusters
-// of M-neighbours) a block's second 128 rows are either live or past the end of the expert's last
-// block. tile_end[] is built here from its definition, independently of the device's stage().
+// persistent CTAs walk it, with the fixed stride (ids cta, cta + grid, ...) and with dynamic tiles
+// (first id cta, then ids claimed from a shared counter, grid + 0, 1, 2, ..., by CTAs in a random
+// order as their speeds would have it): every live 128-row tile x N-tile is handed out exactly once
+// and nothing past an expert's last live tile, and the counter ends at the number of tiles; with
+// 256-row blocks (2-CTA clusters of M-neighbours) a block's second 128 rows are either live or past
+// the end of the expert's last block. tile_end[] is built here from its definition, independently
+// of the device's stage().
 #include <gtest/gtest.h>
 
 #include <map>
@@ -17,8 +20,10 @@
 namespace fp8moe {
 namespace {
 
+enum class Walk { kFixedStride, kClaimed };
+
 template <int kBlockM, int kBlockN>
-void check_live_walk(const std::vector<int32_t>& counts, int n, int grid) {
+void check_live_walk(const std::vector<int32_t>& counts, int n, int grid, Walk walk, test::Rng& rng) {
   const int E = static_cast<int>(counts.size());
   std::vector<int32_t> ends(E), tile_end(E);
   layout::ends_from_counts(counts.data(), E, ends.data());
@@ -30,12 +35,41 @@ void check_live_walk(const std::vector<int32_t>& counts, int n, int grid) {
     tile_end[e] = total;
   }
 
+  // Each CTA's ids, in the order it asks for them. Claimed: each CTA keeps its own scheduler (its
+  // cursor only moves forward) and, after every tile it got, claims the next id from the counter;
+  // which CTA claims next is random. Every CTA's last claim is past the end.
+  std::vector<std::vector<int64_t>> ids(grid);
+  int counter = 0;
+  {
+    std::vector<sched::LiveTileScheduler<kBlockM, kBlockN>> s(
+        grid, sched::LiveTileScheduler<kBlockM, kBlockN>(ends.data(), tile_end.data(), E, n));
+    std::vector<int> running;  // CTAs whose last id was a tile
+    sched::TileInfo t;
+    for (int cta = 0; cta < grid; ++cta) {
+      ids[cta].push_back(cta);
+      if (s[cta].get(cta, t)) running.push_back(cta);
+    }
+    while (!running.empty()) {
+      const size_t pick = walk == Walk::kClaimed ? rng() % running.size() : 0;
+      const int cta = running[pick];
+      const int64_t next = walk == Walk::kClaimed ? grid + counter++ : ids[cta].back() + grid;
+      ids[cta].push_back(next);
+      if (!s[cta].get(next, t)) running.erase(running.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+  }
+  // One claim per tile a CTA ran (the one after its last is past the end): the GEMM's counter ends
+  // at the tile count, which the GPU test checks.
+  if (walk == Walk::kClaimed) EXPECT_EQ(counter, total);
+
   std::map<std::pair<int, int>, int> visits;  // (first row of a 128-row tile, first column) -> count
   int handed_out = 0;
   for (int cta = 0; cta < grid; ++cta) {
     sched::LiveTileScheduler<kBlockM, kBlockN> s(ends.data(), tile_end.data(), E, n);
     sched::TileInfo t;
-    for (int64_t id = cta; s.get(id, t); id += grid) {
+    for (size_t i = 0; i < ids[cta].size(); ++i) {
+      const bool got = s.get(ids[cta][i], t);
+      ASSERT_EQ(got, i + 1 < ids[cta].size()) << "a CTA's ids are tiles up to its last, which is past the end";
+      if (!got) break;
       ++handed_out;
       ASSERT_GE(t.expert, 0);
       ASSERT_LT(t.expert, E);
@@ -80,9 +114,12 @@ void check_shapes(test::Rng& rng) {
     for (int grid : {1, 7, 66, 132}) {
       SCOPED_TRACE("BLOCK_M " + std::to_string(kBlockM) + " BLOCK_N " + std::to_string(kBlockN) + " N " +
                    std::to_string(n) + " grid " + std::to_string(grid));
-      for (const auto& counts : fixed) check_live_walk<kBlockM, kBlockN>(counts, n, grid);
-      check_live_walk<kBlockM, kBlockN>(many, n, grid);
-      check_live_walk<kBlockM, kBlockN>(sparse, n, grid);
+      for (Walk walk : {Walk::kFixedStride, Walk::kClaimed}) {
+        SCOPED_TRACE(walk == Walk::kClaimed ? "claimed" : "fixed stride");
+        for (const auto& counts : fixed) check_live_walk<kBlockM, kBlockN>(counts, n, grid, walk, rng);
+        check_live_walk<kBlockM, kBlockN>(many, n, grid, walk, rng);
+        check_live_walk<kBlockM, kBlockN>(sparse, n, grid, walk, rng);
+      }
     }
   }
 }
