@@ -5,10 +5,10 @@
 // Kernels, launched in this order on one stream:
 //   permute_metadata   deterministic (no atomics decide any order); resets and sets the error
 //                      counter and zeroes the GEMMs' tile counters, so every run (and every
-//                      graph replay) starts from zero. One CTA up
-//                      to kMetadataOneCtaSlots slots of capacity; above, a grid of CTAs over
-//                      contiguous slot ranges, preceded by a count kernel that writes each CTA's
-//                      per-expert counts to a scratch table (two launches, same results).
+//                      graph replay) starts from zero. One CTA up to kMetadataOneCtaSlots slots
+//                      of capacity; above, a grid of CTAs over contiguous slot ranges, preceded
+//                      by a count kernel that writes each CTA's per-expert counts to a scratch
+//                      table (two launches, same results).
 //   quantize_permuted  persistent grid; reads row_of[] and writes A1 rows and their scales.
 // Grids depend only on shapes and capacity, never on device data: both are graph-capturable and
 // correct on replay with new routing and *num_tokens.

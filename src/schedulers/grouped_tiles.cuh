@@ -56,6 +56,21 @@ FP8MOE_HD void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
 // H200), 128 otherwise (decode: weight streaming, where 128 measured 3-4% faster).
 FP8MOE_HD bool wide_tiles(int64_t m_tiles, int64_t touched_experts) { return m_tiles > touched_experts; }
 
+// The inputs of wide_tiles() (and of a live GEMM's tile count) from the live rows per expert: the
+// 128-row M-tiles of all experts and the experts with any row. For the host (tests, tools); the
+// device counts the same from ends[] (wide_tiles_warp below).
+struct TouchedTiles {
+  int64_t m_tiles = 0, touched = 0;
+};
+FP8MOE_HD TouchedTiles touched_tiles(const int32_t* counts, int num_experts) {
+  TouchedTiles r;
+  for (int e = 0; e < num_experts; ++e) {
+    r.m_tiles += layout::live_m_tiles(0, counts[e]);
+    r.touched += counts[e] > 0;
+  }
+  return r;
+}
+
 #if defined(__CUDA_ARCH__)
 // wide_tiles() from ends[] in global memory, by one whole warp (every lane gets the answer).
 __device__ inline bool wide_tiles_warp(const int32_t* __restrict__ ends, int num_experts) {

@@ -52,12 +52,8 @@ TEST(GemmTileWidth, FollowsRowsPerExpertAtFullCapacity) {
 // The device's rule: 192 columns once the touched experts average more than one 128-row M-tile.
 TEST(GemmTileWidth, DeviceRuleFollowsLiveRows) {
   auto wide = [](const std::vector<int32_t>& counts) {
-    int64_t m_tiles = 0, touched = 0;
-    for (int32_t c : counts) {
-      m_tiles += (c + layout::kTileM - 1) / layout::kTileM;
-      touched += c > 0;
-    }
-    return sched::wide_tiles(m_tiles, touched);
+    const sched::TouchedTiles m = sched::touched_tiles(counts.data(), static_cast<int>(counts.size()));
+    return sched::wide_tiles(m.m_tiles, m.touched);
   };
   EXPECT_FALSE(wide({4, 0, 3, 5, 1, 7, 2, 6}));     // decode: one M-tile per touched expert
   EXPECT_FALSE(wide({128, 128, 0, 128}));           // full single tiles

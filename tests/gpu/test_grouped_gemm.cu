@@ -52,13 +52,9 @@ struct GemmRun {
 // Tiles the live schedule visits with single CTAs: ceil(n_e / 128) x ceil(N / BN) per expert, BN
 // as the kernel chooses it (block_n 0: on the device from the live rows, sched::wide_tiles).
 int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
-  int64_t m_tiles = 0, touched = 0;
-  for (int32_t c : p.counts) {
-    m_tiles += layout::ceil_div(c, layout::kTileM);
-    touched += c > 0;
-  }
-  if (block_n == 0) block_n = fp8moe::sched::wide_tiles(m_tiles, touched) ? 192 : 128;
-  return m_tiles * layout::ceil_div(n, block_n);
+  const auto m = fp8moe::sched::touched_tiles(p.counts.data(), static_cast<int>(p.counts.size()));
+  if (block_n == 0) block_n = fp8moe::sched::wide_tiles(m.m_tiles, m.touched) ? 192 : 128;
+  return m.m_tiles * layout::ceil_div(n, block_n);
 }
 
 // Builds random operands for `c`, runs both schedules and the reference.
