@@ -1,6 +1,9 @@
 // fp8moe-gemm-bench: the two grouped GEMMs alone, padded vs live, on the seed cases
-// (issue 4's benchmark mode). Cold L2 before every sample, CUDA events around each launch,
-// alternating rounds padded/live/padded/live, ceilings measured in the same run.
+// (issue 4's benchmark mode). Cold L2 before every sample, alternating rounds padded/live/padded/
+// live, ceilings measured in the same run. Each sample is timed twice: CUDA events around the
+// launch (median_us: what a caller waits, launch latency included) and the kernel's own duration
+// from CUPTI activity records (kernel_us: how peers' GEMM figures are usually measured, e.g.
+// DeepGEMM's profiler-based bench); the kernel times are absent if CUPTI is unavailable.
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
 //                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH]
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"
+#include "bench/fp8moe_bench_cupti.hpp"
 #include "bench/gpu_telemetry.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "layout/layout.cuh"
@@ -123,6 +127,29 @@ int main(int argc, char** argv) {
 
   bench::L2Flush flush;
   bench::GpuTelemetry telemetry(dev);
+  std::string cupti_error;
+  bool cupti = bench::cupti::start(&cupti_error);
+  if (!cupti) std::fprintf(stderr, "CUPTI unavailable (%s): no kernel times\n", cupti_error.c_str());
+  // The durations of the GEMM kernels among the activity records since the last call (the L2
+  // flush and anything else are left out by name); false, with kernel times off from then on, if
+  // CUPTI fails or the count is not `expected`. Without `out` the records are just dropped.
+  auto gemm_kernel_us = [&](size_t expected, std::vector<double>* out) {
+    std::vector<bench::cupti::KernelRecord> records;
+    std::vector<double> us;
+    if (cupti && bench::cupti::take(&records, &cupti_error)) {
+      if (!out) return true;
+      for (const auto& r : records)
+        if (r.name.find("grouped_gemm") != std::string::npos) us.push_back((r.end_ns - r.start_ns) * 1e-3);
+      if (us.size() == expected) {
+        if (out) out->insert(out->end(), us.begin(), us.end());
+        return true;
+      }
+      cupti_error = std::to_string(us.size()) + " GEMM kernel records for " + std::to_string(expected) + " launches";
+    }
+    if (cupti) std::fprintf(stderr, "kernel times off: %s\n", cupti_error.c_str());
+    cupti = false;
+    return false;
+  };
   cudaEvent_t ev0, ev1;
   BENCH_CUDA(cudaEventCreate(&ev0));
   BENCH_CUDA(cudaEventCreate(&ev1));
@@ -134,8 +161,9 @@ int main(int argc, char** argv) {
                  "\"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, \"cases\": [",
                  prop.name, bench::build_commit(), pre->name, read_tbps, fp8_tflops);
 
-  std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s\n", "case", "gemm", "arm", "median_us",
-              "p10_us", "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup", "SM_MHz", "W");
+  std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s %10s %8s\n", "case", "gemm", "arm",
+              "median_us", "p10_us", "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup", "SM_MHz", "W",
+              "kernel_us", "k/floor");
   bool first_json = true;
   for (const auto& c : cases) {
     const auto counts = route_counts(c.tokens, E, K, rng);
@@ -194,15 +222,17 @@ int main(int argc, char** argv) {
                      info.cluster > 1 ? (info.pair_m ? " (M-pairs)" : " (N-pairs)") : "", width.c_str(),
                      info.dynamic ? "dynamic" : "fixed-stride");
       }
-      std::vector<double> us[2];
+      std::vector<double> us[2], kus[2];  // event times, CUPTI kernel times
       bench::TelemetrySamples tele[2];  // NVML readings while each arm's samples run
       for (int round = 0; round < 4; ++round) {
         const int arm = round % 2;  // 0 padded, 1 live
         if (!run_arm[arm]) continue;
         args.schedule = arm == 0 ? layout::Schedule::kPadded : layout::Schedule::kLive;
         args.d = arm == 0 ? d_pad : d_live;
+        gemm_kernel_us(0, nullptr);  // drops the records of everything before this round
         telemetry.start();
-        for (int s = 0; s < samples / 2 + (round < 2 ? 1 : 0); ++s) {  // first sample of the first rounds: warm-up
+        const int launches = samples / 2 + (round < 2 ? 1 : 0);
+        for (int s = 0; s < launches; ++s) {  // first sample of the first rounds: warm-up
           flush.run(nullptr);
           BENCH_CUDA(cudaMemsetAsync(d_counter, 0, 4));
           BENCH_CUDA(cudaEventRecord(ev0));
@@ -214,6 +244,8 @@ int main(int argc, char** argv) {
           if (!(round < 2 && s == 0)) us[arm].push_back(ms * 1e3);
         }
         telemetry.stop(&tele[arm]);
+        std::vector<double> k;
+        if (gemm_kernel_us(launches, &k)) kus[arm].insert(kus[arm].end(), k.begin() + (round < 2 ? 1 : 0), k.end());
       }
       // Bitwise check of the arms on live rows (when both ran).
       bool equal = run_arm[0] && run_arm[1];
@@ -232,6 +264,10 @@ int main(int argc, char** argv) {
       const double wbytes = double(touched) * n * k;
       const double floor_us = std::max(wbytes / (read_tbps * 1e12), flops / (fp8_tflops * 1e12)) * 1e6;
       const Stats sp = bench::stats_of(us[0]), sl = bench::stats_of(us[1]);
+      // Kernel times only if every sample of the arm has one.
+      const bool have_k[2] = {cupti && kus[0].size() == us[0].size() && !us[0].empty(),
+                              cupti && kus[1].size() == us[1].size() && !us[1].empty()};
+      const Stats kp = have_k[0] ? bench::stats_of(kus[0]) : Stats{}, kl = have_k[1] ? bench::stats_of(kus[1]) : Stats{};
       char label[32];
       std::snprintf(label, sizeof label, "%d/%d", c.capacity, c.tokens);
       const double mhz[2] = {tele[0].sm_clock_median(), tele[1].sm_clock_median()};
@@ -239,12 +275,14 @@ int main(int argc, char** argv) {
       for (int arm = 0; arm < 2; ++arm) {
         if (!run_arm[arm]) continue;
         const Stats& st = arm == 0 ? sp : sl;
-        std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s %7.0f %5.0f\n", label,
+        const Stats& kt = arm == 0 ? kp : kl;
+        std::printf("%-10s %-5s %-7s %10.1f %10.1f %10.1f %8.0f %9.2f %8.1f %9.2f %7s %7.0f %5.0f %10s %8s\n", label,
                     g == 0 ? "gemm1" : "gemm2", arm == 0 ? "padded" : "live", st.median, st.p10, st.p90,
                     flops / (st.median * 1e-6) / 1e12, wbytes / (st.median * 1e-6) / 1e12, floor_us,
                     st.median / floor_us,
                     arm == 1 && run_arm[0] ? (std::to_string(sp.median / sl.median).substr(0, 5) + "x").c_str() : "",
-                    mhz[arm], watts[arm]);
+                    mhz[arm], watts[arm], have_k[arm] ? bench::json_num(kt.median, 1).c_str() : "-",
+                    have_k[arm] ? bench::json_num(kt.median / floor_us, 2).c_str() : "-");
       }
       if (!equal && run_arm[0] && run_arm[1]) std::printf("  !! live and padded differ on live rows\n");
 #if FP8MOE_GEMM_TRACE
@@ -269,17 +307,22 @@ int main(int argc, char** argv) {
       }
 #endif
       if (js) {
+        auto knum = [&](int arm, double v) { return have_k[arm] ? bench::json_num(v, 2) : std::string("null"); };
         std::fprintf(js,
                      "%s{\"capacity\": %d, \"tokens\": %d, \"gemm\": %d, \"n\": %d, \"k\": %d, \"live_rows\": %lld, "
                      "\"touched_experts\": %d, \"padded\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f, "
-                     "\"sm_clock_MHz\": %s, \"power_W\": %s}, "
+                     "\"sm_clock_MHz\": %s, \"power_W\": %s, \"kernel_median_us\": %s, \"kernel_p10_us\": %s, "
+                     "\"kernel_p90_us\": %s}, "
                      "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f, \"sm_clock_MHz\": %s, "
-                     "\"power_W\": %s}, \"floor_us\": %.2f, "
+                     "\"power_W\": %s, \"kernel_median_us\": %s, \"kernel_p10_us\": %s, \"kernel_p90_us\": %s}, "
+                     "\"floor_us\": %.2f, "
                      "\"bitwise_equal\": %s}",
                      first_json ? "" : ", ", c.capacity, c.tokens, g + 1, n, k, static_cast<long long>(live_rows),
                      touched, sp.median, sp.p10, sp.p90, bench::json_num(mhz[0], 0).c_str(),
-                     bench::json_num(watts[0], 0).c_str(), sl.median, sl.p10, sl.p90,
-                     bench::json_num(mhz[1], 0).c_str(), bench::json_num(watts[1], 0).c_str(), floor_us,
+                     bench::json_num(watts[0], 0).c_str(), knum(0, kp.median).c_str(), knum(0, kp.p10).c_str(),
+                     knum(0, kp.p90).c_str(), sl.median, sl.p10, sl.p90, bench::json_num(mhz[1], 0).c_str(),
+                     bench::json_num(watts[1], 0).c_str(), knum(1, kl.median).c_str(), knum(1, kl.p10).c_str(),
+                     knum(1, kl.p90).c_str(), floor_us,
                      !(run_arm[0] && run_arm[1]) ? "null" : equal ? "true" : "false");
         first_json = false;
       }
@@ -296,5 +339,6 @@ int main(int argc, char** argv) {
     std::fprintf(js, "]}\n");
     std::fclose(js);
   }
+  bench::cupti::stop();
   return 0;
 }
