@@ -48,7 +48,8 @@
 #include "schedulers/grouped_tiles.cuh"
 
 // Ablation builds for performance investigation only (never the default): -DFP8MOE_GEMM_ABLATE=
-//   2 no math (and so no stores), 3 no TMA loads (math on stale shared memory).
+//   2 no math (and so no stores), 3 no TMA loads (math on stale shared memory), 4 no global stores
+//   (the epilogue still stages its tile in shared memory).
 #ifndef FP8MOE_GEMM_ABLATE
 #define FP8MOE_GEMM_ABLATE 0
 #endif
@@ -57,7 +58,11 @@
 // into g_sm90_gemm_trace[cta][slot] (slot 0 = kernel entry; read back by the GEMM bench).
 // -DFP8MOE_GEMM_TRACE=2 records four times per tile instead of one (on the two-half path that
 // decode and prefill tiles take): its start, the first k-block's data in shared memory, the last
-// k-block released, the epilogue's end.
+// k-block released, the epilogue's end. =3 adds, from the producer thread, the time it requested
+// each tile's first k-block (slots kTraceProducerSlot0 + tile index; the math thread's slots stop
+// below them). =4 records per k-block instead, for the first k-blocks of each CTA: the math thread
+// when each stage's data is there (slots 0..79; the two-half path), the producer when it has
+// requested each stage (slots 80..127).
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
 #endif
@@ -93,8 +98,23 @@ struct Sm90GemmParams {
 
 #if FP8MOE_GEMM_TRACE
 __device__ uint64_t g_sm90_gemm_trace[kGemmTraceCtas * kGemmTraceSlots];
+constexpr int kTraceProducerSlot0 = FP8MOE_GEMM_TRACE >= 3 ? 80 : kGemmTraceSlots;
 __device__ __forceinline__ void trace_time(int slot) {
-  if (threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
+  if (FP8MOE_GEMM_TRACE < 4 && threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
+    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
+}
+// TRACE>=3, the producer: its n-th request of a stage (=4), or of a tile's first k-block (=3).
+__device__ __forceinline__ void trace_request(int& n, bool tile_start) {
+  if (FP8MOE_GEMM_TRACE < 3 || (FP8MOE_GEMM_TRACE == 3 && !tile_start)) return;
+  const int slot = kTraceProducerSlot0 + n++;
+  if (blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
+    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
+}
+// TRACE=4, math thread 0: its n-th stamp (before and after each wait for a stage's data).
+__device__ __forceinline__ void trace_data(int& n) {
+  if (FP8MOE_GEMM_TRACE < 4) return;
+  const int slot = n++;
+  if (threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
 #endif
@@ -225,8 +245,14 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       ptx::griddep_launch_dependents();
       sched::TileInfo t;
       int id = first_tile_id<kCluster>();
+#if FP8MOE_GEMM_TRACE
+      int requests = 0;
+#endif
       while (scheduler.get(id, t)) {
         int next = id + tile_id_step<kCluster>();
+#if FP8MOE_GEMM_TRACE
+        for (int s = 0; s < kb_first; ++s) trace_request(requests, s == 0);  // (requested before the PDL wait)
+#endif
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
         // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
         const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
@@ -272,6 +298,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b, &full[stage], kb * Cfg::kBlockK, b_row);
             ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
           }
+#if FP8MOE_GEMM_TRACE
+          trace_request(requests, kb == 0);
+#endif
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1u;
@@ -314,7 +343,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
     const uint32_t a_desc_offset = warpgroup * 64 * 128;
     sched::TileInfo t;
 #if FP8MOE_GEMM_TRACE
-    int traced = 0;
+    int traced = 0, data_stamps = 0;
     trace_time(traced++);
 #endif
     // The next tile: the fixed stride, or the id the producer published with the next tile's first
@@ -426,7 +455,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             advance();
           }
         } else {
+#if FP8MOE_GEMM_TRACE
+        trace_data(data_stamps);
+#endif
         ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE
+        trace_data(data_stamps);
+#endif
 #if FP8MOE_GEMM_TRACE >= 2
         trace_time(traced++);
 #endif
@@ -447,7 +482,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             release(cur);
           }
           advance();
+#if FP8MOE_GEMM_TRACE
+          trace_data(data_stamps);
+#endif
           ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE
+          trace_data(data_stamps);
+#endif
           const float sa0_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
           const float sa1_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
           issue(acc_a, 0, a_desc_offset);  // A(kb+1)
@@ -509,7 +550,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #pragma unroll
         for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
           const int r = q / 8, c = q % 8;
-          if (r >= rows_to_store) break;  // rows ascend with q
+          if (r >= rows_to_store || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
           const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
           *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
         }
