@@ -28,6 +28,11 @@ namespace ref = fp8moe::ref;
 // 9f679cc and 31f79f1). The bound leaves room for that without letting a real bug through (a
 // wrong row, scale or slot gives errors of order 1).
 constexpr double kOpTolerance = 2e-2;
+// A single live token's output (GraphReplayWithChangingRouting's "one live row": H = 256 values)
+// has the fewest elements of all to average such flips over: FP8MOE_SEED=15216702471060651492 gave
+// 2.24e-2 there (2026-11-30, with live and padded equal bit for bit and the padded arm on today's
+// kernels: the numerics, not a schedule). Real bugs still give errors of order 1.
+constexpr double kOneTokenTolerance = 5e-2;
 
 double rel_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
   return fp8moe::test::bf16_rel_error(got.data(), want.data(), want.size());
@@ -242,7 +247,7 @@ void check_graph_replay(const ref::Shape& shape) {
     }
     const int32_t nt = s.live_tokens;
     const auto want = reference_out(p, live_cfg, &nt);
-    EXPECT_LT(rel_error(outs[0], want), kOpTolerance);
+    EXPECT_LT(rel_error(outs[0], want), nt == 1 ? kOneTokenTolerance : kOpTolerance);
     EXPECT_TRUE(outs[0] == outs[1]) << "live and padded outputs differ";
     for (int64_t t = s.mode == 1 ? 0 : nt; t < shape.tokens; ++t)  // unrouted rows are exact zeros
       for (int64_t h = 0; h < shape.hidden; ++h) ASSERT_EQ(outs[0][t * shape.hidden + h], 0) << "row " << t;
