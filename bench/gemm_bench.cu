@@ -132,16 +132,15 @@ int main(int argc, char** argv) {
   if (!cupti) std::fprintf(stderr, "CUPTI unavailable (%s): no kernel times\n", cupti_error.c_str());
   // The durations of the GEMM kernels among the activity records since the last call (the L2
   // flush and anything else are left out by name); false, with kernel times off from then on, if
-  // CUPTI fails or the count is not `expected`. Without `out` the records are just dropped.
+  // CUPTI fails or the count is not `expected`.
   auto gemm_kernel_us = [&](size_t expected, std::vector<double>* out) {
     std::vector<bench::cupti::KernelRecord> records;
     std::vector<double> us;
     if (cupti && bench::cupti::take(&records, &cupti_error)) {
-      if (!out) return true;
       for (const auto& r : records)
         if (r.name.find("grouped_gemm") != std::string::npos) us.push_back((r.end_ns - r.start_ns) * 1e-3);
       if (us.size() == expected) {
-        if (out) out->insert(out->end(), us.begin(), us.end());
+        out->insert(out->end(), us.begin(), us.end());
         return true;
       }
       cupti_error = std::to_string(us.size()) + " GEMM kernel records for " + std::to_string(expected) + " launches";
@@ -149,6 +148,13 @@ int main(int argc, char** argv) {
     if (cupti) std::fprintf(stderr, "kernel times off: %s\n", cupti_error.c_str());
     cupti = false;
     return false;
+  };
+  auto drop_records = [&] {  // everything recorded so far (setup, other arms, timeline runs)
+    std::vector<bench::cupti::KernelRecord> records;
+    if (cupti && !bench::cupti::take(&records, &cupti_error)) {
+      std::fprintf(stderr, "kernel times off: %s\n", cupti_error.c_str());
+      cupti = false;
+    }
   };
   cudaEvent_t ev0, ev1;
   BENCH_CUDA(cudaEventCreate(&ev0));
@@ -229,7 +235,7 @@ int main(int argc, char** argv) {
         if (!run_arm[arm]) continue;
         args.schedule = arm == 0 ? layout::Schedule::kPadded : layout::Schedule::kLive;
         args.d = arm == 0 ? d_pad : d_live;
-        gemm_kernel_us(0, nullptr);  // drops the records of everything before this round
+        drop_records();
         telemetry.start();
         const int launches = samples / 2 + (round < 2 ? 1 : 0);
         for (int s = 0; s < launches; ++s) {  // first sample of the first rounds: warm-up
