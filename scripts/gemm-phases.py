@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Summarises the phase timelines of the grouped GEMM's TRACE=2..4 builds (where a tile's time goes).
+
+    cmake -S . -B build-tr3 -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+          -DFP8MOE_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS=-DFP8MOE_GEMM_TRACE=3
+    cmake --build build-tr3 --target fp8moe-gemm-bench
+    build-tr3/bench/fp8moe-gemm-bench --no-ceilings --schedule live --case 512/512 --trace trace.txt
+    scripts/gemm-phases.py trace.txt            # TRACE=2 or 3: per-tile phases
+    scripts/gemm-phases.py --kblocks trace.txt  # TRACE=4: the first k-blocks of one CTA
+
+The trace holds lines "case gemm cta slot ns" (src/gemm/sm90_fp8_grouped_gemm_1d2d.cuh):
+  TRACE=2  math thread 0: slot 0 the CTA's entry, then four per tile (start, first k-block's data,
+           last k-block released, epilogue end), then the tile loop's exit;
+  TRACE=3  the same below slot 80, and from slot 80 the producer's request of each tile's first
+           k-block;
+  TRACE=4  math thread 0: pairs (ready to wait, data there) per stage below slot 80; the producer's
+           request of each stage from slot 80.
+Tiles of the column-split path (17..64 live rows in the 128-wide kernel) record no phases, so
+shapes that have them (e.g. Qwen3-30B at 512/512) do not parse as TRACE=2/3.
+
+Per GEMM it prints medians (p10, p90), microseconds, over all tiles of the run: the k-loop, the
+epilogue, the wait from the epilogue's end to the next tile's first data, and with TRACE=3 how long
+before the previous tile's last release the producer requested a tile's first k-block (its lead; a
+negative lead is a request after it) and how long that k-block took to arrive.
+"""
+import sys
+from collections import defaultdict
+from statistics import median
+
+PRODUCER_SLOT0 = 80
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def fmt(values):
+    if not values:
+        return "-"
+    return f"{median(values) / 1e3:.2f} ({pct(values, 0.1) / 1e3:.2f}, {pct(values, 0.9) / 1e3:.2f})"
+
+
+def read(path):
+    runs = defaultdict(lambda: defaultdict(dict))
+    for line in open(path):
+        case, gemm, cta, slot, ns = line.split()
+        runs[(case, int(gemm))][int(cta)][int(slot)] = int(ns)
+    return runs
+
+
+def phases(path):
+    for (case, gemm), ctas in read(path).items():
+        loop, epilogue, gap, lead, latency = [], [], [], [], []
+        for stamps in ctas.values():
+            math = [stamps[s] for s in sorted(stamps) if s < PRODUCER_SLOT0]
+            requests = [stamps[s] for s in sorted(stamps) if s >= PRODUCER_SLOT0]
+            tiles = (len(math) - 2) // 4
+            for i in range(tiles):
+                start, data, released, done = math[1 + 4 * i: 5 + 4 * i]
+                loop.append(released - data)
+                epilogue.append(done - released)
+                if i > 0:
+                    gap.append(data - math[4 * i])  # from the previous tile's epilogue end
+                    if i < len(requests):
+                        lead.append(math[4 * i - 1] - requests[i])
+                        latency.append(data - requests[i])
+        print(f"{case} gemm{gemm}: {len(loop)} tiles; k-loop {fmt(loop)}, epilogue {fmt(epilogue)}, "
+              f"epilogue end -> next tile's data {fmt(gap)}")
+        if lead:
+            print(f"  first k-block requested {fmt(lead)} before the previous tile's last release; "
+                  f"request -> data {fmt(latency)}")
+
+
+def kblocks(path, cta=5, count=40):
+    for (case, gemm), ctas in read(path).items():
+        stamps = ctas.get(cta)
+        if not stamps:
+            continue
+        math = [stamps[s] for s in sorted(stamps) if s < PRODUCER_SLOT0]
+        requests = [stamps[s] for s in sorted(stamps) if s >= PRODUCER_SLOT0]
+        t0 = min(math + requests)
+        print(f"{case} gemm{gemm}, CTA {cta} (us from its first stamp):")
+        for j in range(min(len(math) // 2, len(requests), count)):
+            ready, data, req = (math[2 * j] - t0) / 1e3, (math[2 * j + 1] - t0) / 1e3, (requests[j] - t0) / 1e3
+            print(f"  stage {j:2d}: requested {req:7.2f}, math ready {ready:7.2f}, data {data:7.2f} "
+                  f"(waited {data - ready:5.2f}, request -> data {data - req:5.2f})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--kblocks":
+        kblocks(sys.argv[2])
+    elif len(sys.argv) == 2:
+        phases(sys.argv[1])
+    else:
+        sys.exit(__doc__)
