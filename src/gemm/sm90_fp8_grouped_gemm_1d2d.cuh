@@ -220,6 +220,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       // request the first tile's weights for the whole ring (they do not depend on it), on an SM
       // that kernel has already left; A and its scales follow after the wait. Single CTAs only.
       int kb_first = 0;  // the first tile's k-blocks already requested
+#if FP8MOE_GEMM_TRACE
+      int requests = 0;
+#endif
       if constexpr (kCluster == 1 && FP8MOE_GEMM_ABLATE != 3) {
         sched::TileInfo t0;
         Scheduler first = scheduler;
@@ -230,6 +233,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
             ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
+#if FP8MOE_GEMM_TRACE
+            trace_request(requests, s == 0);
+#endif
           }
           ptx::griddep_wait();
           for (int s = 0; s < kb_first; ++s) {
@@ -245,14 +251,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       ptx::griddep_launch_dependents();
       sched::TileInfo t;
       int id = first_tile_id<kCluster>();
-#if FP8MOE_GEMM_TRACE
-      int requests = 0;
-#endif
       while (scheduler.get(id, t)) {
         int next = id + tile_id_step<kCluster>();
-#if FP8MOE_GEMM_TRACE
-        for (int s = 0; s < kb_first; ++s) trace_request(requests, s == 0);  // (requested before the PDL wait)
-#endif
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
         // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
         const int32_t b_row = t.expert * p.n + t.n_col + rank * (kPairM ? kBlockN / 2 : kBlockN);
@@ -522,8 +522,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       // its dead rows were up to 16% of GEMM2's traffic); padded tiles store every row of every
       // half (zeros where dead), as the padded baseline does. Per 64-column half: stmatrix into
       // the warpgroup's 8 KB staging tile, then the 128 threads copy it out with 16-byte stores
-      // (8 threads per 128-byte row segment). (Plain stores measured the same as a TMA store and
-      // need no D tensor map or bulk-group waits.)
+      // (8 threads per 128-byte row segment). (Plain stores measured the same as a TMA store from
+      // this one staging tile, v10, or within ~1% of it, v17, and need no D tensor map or bulk-group
+      // waits; the stores themselves cost ~1 us of a prefill tile, perf notes v17.)
       if (kLive && !live) continue;
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
       const int row_base = col_split ? 0 : 64 * warpgroup;
