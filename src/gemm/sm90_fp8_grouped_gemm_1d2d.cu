@@ -81,13 +81,15 @@ template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = fals
 using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>,
                                 Sm90GemmConfig<kBlockN, kStages>::kSmemBytes, kBlockN, kStages, kCluster, kPairM>;
 
-constexpr int kAutoSmemBytes = Sm90GemmConfig<128, 6>::kSmemBytes > Sm90GemmConfig<192, 5>::kSmemBytes
+constexpr int kAutoSmemBytes = Sm90GemmConfig<128, 6>::kSmemBytes > Sm90GemmConfig<192, 4>::kSmemBytes
                                    ? Sm90GemmConfig<128, 6>::kSmemBytes
-                                   : Sm90GemmConfig<192, 5>::kSmemBytes;
+                                   : Sm90GemmConfig<192, 4>::kSmemBytes;
 using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
 
-// Tile widths: 128 (6 stages) or 192 (5 stages: 1.5x the FLOPs per pipeline stage for 1.23x the
-// bytes; +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The live schedule:
+// Tile widths: 128 (6 stages) or 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes;
+// +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The 192-wide ring has 4 stages:
+// the fifth's room holds each math warpgroup's whole output tile for its TMA-store epilogue
+// (pipeline 4096/4096 and 512/512 -2..-3%, 4096/256 +1%: perf notes v18). The live schedule:
 //   - 192 from the host when a full capacity gives an expert more than 1.5 M-tiles on average
 //     (more than 192 rows: prefill capacities, compute tiles);
 //   - below that the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
@@ -99,7 +101,7 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 // element with the same operations in the same order (same k32 wgmma chain per 128-K block, same
 // scale products), so the two schedules stay bit-identical; the GEMM tests check it with mixed
 // widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
-constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
+constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 4; }
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between
 // N-neighbours measured +3-5% at 4096/4096 but mixed elsewhere, and sharing B between M-neighbours
@@ -193,6 +195,9 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
                  a.k, block_n_for(a) / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB)) &&
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE);
+  // D as the 192-wide epilogue's TMA stores see it: 64 x 64 BF16 boxes (128-byte rows), 128-byte swizzle.
+  ok = ok && encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64,
+                       CU_TENSOR_MAP_SWIZZLE_128B);
   if (!ok) return cudaErrorInvalidValue;
   p.d = static_cast<__nv_bfloat16*>(a.d);
   p.b_scale = a.b_scale;

@@ -12,10 +12,12 @@
 //     is promoted on the CUDA cores (out += (scale_a[row] * scale_b) * acc, every 128 K); a stage
 //     is released (`empty`) as soon as both halves have read it. A 64-row half with no live row
 //     skips its math.
-//   Epilogue, per math warpgroup and 64-column half: BF16 fragments -> stmatrix into an 8 KB
-//     shared tile (128-byte swizzle) -> coalesced 16-byte global stores by the warpgroup's threads.
-//     A warpgroup with no live row stores nothing, and live tiles store only their live rows
-//     (padded tiles store all 128).
+//   Epilogue, per math warpgroup: BF16 fragments -> stmatrix into a shared staging tile (128-byte
+//     swizzle) -> global memory. The 192-wide kernel stages a warpgroup's whole 64 x 192 tile and
+//     hands it to TMA stores when all 64 rows are live, then goes straight on to the next tile;
+//     otherwise each 64-column half is copied out with coalesced 16-byte stores by the warpgroup's
+//     threads. A warpgroup with no live row stores nothing, and live tiles store only their live
+//     rows (padded tiles store all 128).
 //
 // Launches: every variant is sm90_gemm_body<...> (below); the fixed-width kernels run one, the
 // auto-width kernel picks the 128- or 192-wide body from the live rows on the device. Launched as
@@ -86,7 +88,7 @@ struct Sm90GemmParams {
   CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
   CUtensorMap map_b[2];  // FP8 [E * n, k], box BN x 128 (BN = 128, 192), 128-byte swizzle
   CUtensorMap map_sfa;  // FP32 [k/128, m_pad], box 1 x 128
-  __nv_bfloat16* d;     // BF16 [m_cap, n]
+  __nv_bfloat16* d;     // BF16 [m_cap, n] (map_d below: the same for TMA stores)
   const float* b_scale;
   const int32_t* ends;
   const int32_t* row_expert;
@@ -94,6 +96,7 @@ struct Sm90GemmParams {
   int64_t m_cap;
   int n, k, num_experts;
   CUtensorMap map_b_half;  // as map_b with box BN/2 x 128 (kPairM clusters)
+  CUtensorMap map_d;       // d, box 64 x 64 (128 bytes), 128-byte swizzle: the 192-wide epilogue's stores
 };
 
 #if FP8MOE_GEMM_TRACE
@@ -127,7 +130,10 @@ struct Sm90GemmConfig {
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSfaBytes = kBlockM * 4;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
-  static constexpr int kDBytes = 64 * 64 * 2;  // per math warpgroup: 64 rows x 64 BF16 columns
+  // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
+  // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
+  static constexpr bool kBulkStore = kBlockN == 192;
+  static constexpr int kDBytes = 64 * (kBulkStore ? kBlockN : 64) * 2;
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
@@ -192,6 +198,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
     for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
     ptx::prefetch_tensormap(kPairM ? &p.map_b_half : map_b);
     ptx::prefetch_tensormap(&p.map_sfa);
+    if (Cfg::kBulkStore) ptx::prefetch_tensormap(&p.map_d);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], 1);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
@@ -520,21 +527,21 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 
       // Epilogue. Live tiles store their live rows only (a decode tile's 64-row half holds a few:
       // its dead rows were up to 16% of GEMM2's traffic); padded tiles store every row of every
-      // half (zeros where dead), as the padded baseline does. Per 64-column half: stmatrix into
-      // the warpgroup's 8 KB staging tile, then the 128 threads copy it out with 16-byte stores
-      // (8 threads per 128-byte row segment). (Plain stores measured the same as a TMA store from
-      // this one staging tile, v10, or within ~1% of it, v17, and need no D tensor map or bulk-group
-      // waits; the stores themselves cost ~1 us of a prefill tile, perf notes v17.)
+      // half (zeros where dead), as the padded baseline does. The BF16 fragments go through
+      // stmatrix into the warpgroup's staging tile (128-byte swizzle, 64 columns per 8 KB), then
+      //   - in the 192-wide kernel, a warpgroup with all 64 rows live stages all its columns and
+      //     hands them to TMA (bulk stores issued by its first thread) and goes on to the next
+      //     tile: the global writes overlap its k-loop (an epilogue that waited for its own stores
+      //     took ~1 us of every prefill tile; the staging tile costs the 192-wide ring its fifth
+      //     stage; perf notes v17-v18);
+      //   - otherwise, per 64-column half, the 128 threads copy the staged rows out with 16-byte
+      //     stores (8 threads per 128-byte row segment), so no row past an expert's end is written.
       if (kLive && !live) continue;
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
       const int row_base = col_split ? 0 : 64 * warpgroup;
       const int rows_to_store = t.row_end - t.m_row - row_base;  // >= 64 for every padded tile
-      __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
-#pragma unroll
-      for (int h = 0; h < kBlockN / 64; ++h) {
-        if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
-        if (col_split && h != warpgroup) continue;
-        ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
+      const bool store_leader = threadIdx.x % 128 == 0;
+      auto stage_half = [&](int h, uint8_t* dst) {  // stmatrix of 64-column half h into dst
 #pragma unroll
         for (int i = 8 * h; i < 8 * h + 8; i += 2) {  // fragment chunks i, i+1 = 16 columns
           const int j = lane / 8;                      // the matrix this lane addresses
@@ -544,16 +551,41 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             const __nv_bfloat162 v = __floats2bfloat162_rn(out[q], out[q + 1]);
             return *reinterpret_cast<const uint32_t*>(&v);
           };
-          ptx::stmatrix_x4(tile_d + r * 128 + ((c ^ (r % 8)) << 4), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
+          ptx::stmatrix_x4(dst + r * 128 + ((c ^ (r % 8)) << 4), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
                            pack(4 * i + 6));
         }
+      };
+      // The staging tile is free once TMA has read what it was last handed (a tile ago).
+      if (Cfg::kBulkStore && store_leader) ptx::bulk_wait_read<0>();
+      if (Cfg::kBulkStore && rows_to_store >= 64 && FP8MOE_GEMM_ABLATE != 4) {
         ptx::named_barrier(1 + warpgroup, 128);
 #pragma unroll
-        for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
-          const int r = q / 8, c = q % 8;
-          if (r >= rows_to_store || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
-          const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
-          *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
+        for (int h = 0; h < kBlockN / 64; ++h)
+          if (t.n_col + 64 * h < p.n) stage_half(h, tile_d + h * 8192);  // (a partial last tile)
+        ptx::fence_proxy_async_smem();  // the stmatrix writes, for TMA
+        ptx::named_barrier(1 + warpgroup, 128);
+        if (store_leader) {
+#pragma unroll
+          for (int h = 0; h < kBlockN / 64; ++h)
+            if (t.n_col + 64 * h < p.n) ptx::tma_store_2d(&p.map_d, tile_d + h * 8192, t.n_col + 64 * h, t.m_row + row_base);
+          ptx::bulk_commit();
+        }
+      } else {
+        __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
+#pragma unroll
+        for (int h = 0; h < kBlockN / 64; ++h) {
+          if (t.n_col + 64 * h >= p.n) break;  // a partial last tile (BLOCK_N = 192)
+          if (col_split && h != warpgroup) continue;
+          ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
+          stage_half(h, tile_d);
+          ptx::named_barrier(1 + warpgroup, 128);
+#pragma unroll
+          for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
+            const int r = q / 8, c = q % 8;
+            if (r >= rows_to_store || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
+            const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
+            *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
+          }
         }
       }
 #if FP8MOE_GEMM_TRACE >= 2
@@ -564,6 +596,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
     trace_time(traced);
 #endif
   }
+  // The epilogue's last TMA stores are done before the CTA exits.
+  if (Cfg::kBulkStore && threadIdx.x < 256 && threadIdx.x % 128 == 0) ptx::bulk_wait<0>();
   // Neither CTA of a cluster may exit while its peer can still arrive on its barriers.
   if constexpr (kCluster > 1) ptx::cluster_sync();
 }
@@ -591,7 +625,7 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
     if (threadIdx.x == 0) wide = w;
   }
   __syncthreads();
-  if (wide) sm90_gemm_body<192, 5, 1, true, false>(p);
+  if (wide) sm90_gemm_body<192, 4, 1, true, false>(p);
   else sm90_gemm_body<128, 6, 1, true, false>(p);
 #elif defined(__CUDA_ARCH__)
   __trap();
