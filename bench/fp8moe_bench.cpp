@@ -451,6 +451,7 @@ struct ArmResult {
   Stats event;  // CUDA events around cudaGraphLaunch, microseconds
   std::vector<std::string> roles;             // kernel roles in launch order
   std::map<std::string, double> kernel_us;    // role -> median duration
+  std::map<std::string, double> kernel_start_us;  // role -> median start, from the replay's first kernel start
   double sm_clock_mhz = NAN, power_w = NAN;   // medians of NVML readings during the timed replays
 };
 
@@ -597,7 +598,7 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
 
   // Timed rounds: padded, live, padded, live; each replay after an L2 flush, one batch per round.
   std::vector<double> samples[2], event_us[2];
-  std::map<std::string, std::vector<double>> kernel_us[2];
+  std::map<std::string, std::vector<double>> kernel_us[2], kernel_start_us[2];
   fp8moe::bench::TelemetrySamples telemetry[2];
   const int order[4] = {kPadded, kLive, kPadded, kLive};
   for (int round = 0; round < 4; ++round) {
@@ -641,7 +642,10 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     }
     for (const auto& r : replays) {
       samples[arm].push_back(r.span_us);
-      for (const auto& [role, us] : r.kernels) kernel_us[arm][role].push_back(us);
+      for (size_t i = 0; i < r.kernels.size(); ++i) {
+        kernel_us[arm][r.kernels[i].first].push_back(r.kernels[i].second);
+        kernel_start_us[arm][r.kernels[i].first].push_back(r.start_us[i]);
+      }
       if (res.arm[arm].roles.empty())
         for (const auto& kr : r.kernels) res.arm[arm].roles.push_back(kr.first);
     }
@@ -651,6 +655,8 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     res.arm[arm].span = fp8moe::bench::stats_of(samples[arm]);
     res.arm[arm].event = fp8moe::bench::stats_of(event_us[arm]);
     for (const auto& [role, v] : kernel_us[arm]) res.arm[arm].kernel_us[role] = fp8moe::bench::stats_of(v).median;
+    for (const auto& [role, v] : kernel_start_us[arm])
+      res.arm[arm].kernel_start_us[role] = fp8moe::bench::stats_of(v).median;
     res.arm[arm].sm_clock_mhz = telemetry[arm].sm_clock_median();
     res.arm[arm].power_w = telemetry[arm].power_median();
   }
@@ -806,6 +812,21 @@ void print_tables(const Options& opt, const std::vector<CaseResult>& results, bo
       std::printf(" %9.1f %9.1f\n", sum, a.span.median);
     }
   }
+  // Where each kernel runs inside a replay (programmatic dependents start before their
+  // predecessor ends): median start and median end = start + duration, from the first kernel's start.
+  std::printf("\nlive timeline (us from the replay's first kernel start; median start-end per kernel)\n");
+  for (const auto& r : results) {
+    const ArmResult& a = r.arm[kLive];
+    if (!a.ran || a.kernel_start_us.empty()) continue;
+    std::printf("%-10s", case_label(r).c_str());
+    for (const auto& role : a.roles) {
+      const auto st = a.kernel_start_us.find(role);
+      const auto du = a.kernel_us.find(role);
+      if (st == a.kernel_start_us.end() || du == a.kernel_us.end()) continue;
+      std::printf("  %s %.1f-%.1f", role.c_str(), st->second, st->second + du->second);
+    }
+    std::printf("\n");
+  }
 }
 
 std::string json_stats(const ArmResult& a) {
@@ -815,12 +836,13 @@ std::string json_stats(const ArmResult& a) {
          ", \"samples\": " + std::to_string(a.span.samples) + ", \"event_median_us\": " + json_num(a.event.median) +
          ", \"sm_clock_MHz\": " + json_num(a.sm_clock_mhz, 0) + ", \"power_W\": " + json_num(a.power_w, 0) + "}";
 }
-std::string json_kernels(const ArmResult& a) {
-  if (!a.ran || a.kernel_us.empty()) return "null";
+// Per-role medians (durations, or starts) as a JSON object in launch order.
+std::string json_kernels(const ArmResult& a, const std::map<std::string, double>& per_role) {
+  if (!a.ran || per_role.empty()) return "null";
   std::string s = "{";
   for (size_t i = 0; i < a.roles.size(); ++i) {
-    const auto it = a.kernel_us.find(a.roles[i]);
-    s += (i ? ", \"" : "\"") + json_escape(a.roles[i]) + "\": " + json_num(it == a.kernel_us.end() ? NAN : it->second);
+    const auto it = per_role.find(a.roles[i]);
+    s += (i ? ", \"" : "\"") + json_escape(a.roles[i]) + "\": " + json_num(it == per_role.end() ? NAN : it->second);
   }
   return s + "}";
 }
@@ -864,14 +886,16 @@ bool write_json(const Options& opt, const std::string& path, const std::string& 
                  "\"touched_experts\": %d,\n     \"padded\": %s,\n     \"live\": %s,\n"
                  "     \"speedup\": %s, \"live_TFLOPs\": %s, \"weight_TBps\": %s, \"floor_us\": %s, "
                  "\"time_over_floor\": %s, \"bitwise_equal\": %s,\n     \"kernels_us\": %s,\n"
-                 "     \"kernels_us_padded\": %s",
+                 "     \"kernels_us_padded\": %s,\n     \"kernels_start_us\": %s,\n     \"kernels_start_us_padded\": %s",
                  i ? "," : "", p.name, static_cast<long long>(r.c.capacity), static_cast<long long>(r.c.tokens),
                  static_cast<long long>(r.live_rows), r.touched_experts, json_stats(r.arm[kPadded]).c_str(),
                  json_stats(live).c_str(), both ? json_num(r.arm[kPadded].span.median / t, 4).c_str() : "null",
                  json_num(r.flops / (t * 1e-6) / 1e12, 1).c_str(), json_num(r.weight_bytes / (t * 1e-6) / 1e12, 4).c_str(),
                  json_num(r.floor_us).c_str(), json_num(r.floor_us > 0 ? t / r.floor_us : NAN, 4).c_str(),
-                 r.have_bitwise ? (r.bitwise_equal ? "true" : "false") : "null", json_kernels(live).c_str(),
-                 json_kernels(r.arm[kPadded]).c_str());
+                 r.have_bitwise ? (r.bitwise_equal ? "true" : "false") : "null",
+                 json_kernels(live, live.kernel_us).c_str(), json_kernels(r.arm[kPadded], r.arm[kPadded].kernel_us).c_str(),
+                 json_kernels(live, live.kernel_start_us).c_str(),
+                 json_kernels(r.arm[kPadded], r.arm[kPadded].kernel_start_us).c_str());
     if (opt.check) std::fprintf(f, ",\n     \"check_rel_err\": %s", json_num(r.check_rel_err, 6).c_str());
     std::fprintf(f, "}");
   }

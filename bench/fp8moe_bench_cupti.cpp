@@ -171,6 +171,7 @@ bool split_replays(const std::vector<KernelRecord>& records, int kernels_per_rep
       mixed_correlation |= k->correlation_id != first[0]->correlation_id;
       replay.kernels.emplace_back(kernel_role(k->name, i, &gemms), (k->end_ns - k->start_ns) * 1e-3);
     }
+    for (int i = 0; i < kernels_per_replay; ++i) replay.start_us.push_back((first[i]->start_ns - begin) * 1e-3);
     // Replays are separated by the flush kernel on the same stream: they cannot overlap.
     if (rep > 0 && begin < previous_end) {
       *error = "graph replay " + std::to_string(rep) + " starts before the previous one ended: kernels cannot be "

@@ -42,10 +42,12 @@ bool take(std::vector<KernelRecord>* records, std::string* error);
 // Disables kernel tracing and flushes what is left (records are discarded).
 void stop();
 
-// One graph replay: its span and its kernels (role, duration) in start order.
+// One graph replay: its span and its kernels (role, duration) in start order, with each kernel's
+// start relative to the replay's first kernel start (start_us[i] for kernels[i]).
 struct Replay {
   double span_us = 0;
   std::vector<std::pair<std::string, double>> kernels;
+  std::vector<double> start_us;
 };
 // Splits the records of one batch into its replays as described at the top of this file. False
 // (with *error) if they cannot be attributed; *warning is set if the correlation ids of a replay
