@@ -82,7 +82,6 @@ __device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, b
 
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const ActQuantParams p) {
-  detail::after_previous_kernel();  // kernels/launch.cuh
   extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E]
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
@@ -104,13 +103,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   int64_t rows = m_cap;
   if (live) {
     // One global round trip for all of ends[] (the whole CTA loads it), then the tables in shared
-    // memory: this start-up is what the live schedule costs over the padded one.
+    // memory: this start-up is what the live schedule costs over the padded one. ends[] comes from
+    // the permutation, several launches back, so this runs before the wait for GEMM1
+    // (kernels/launch.cuh) and overlaps GEMM1's last tiles.
     for (int e = threadIdx.x; e < num_experts; e += blockDim.x) before[e] = __ldg(p.ends + e);
     __syncthreads();
     if (threadIdx.x < kWarp) live_tables(num_experts, lane, before, start);
     __syncthreads();
     rows = before[num_experts];
   }
+  detail::after_previous_kernel();
 
   // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
   const int64_t items = rows * chunks;

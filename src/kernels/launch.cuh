@@ -3,12 +3,18 @@
 // A kernel launched with launch_dependent() may start its CTAs while the kernel before it is still
 // finishing, on the SMs that kernel has left. The contract every fp8moe kernel keeps:
 //   - it calls after_previous_kernel() (griddepcontrol.wait, then .launch_dependents) before it
-//     reads anything the previous kernel wrote, writes anything, or exits; so a kernel completes
+//     reads anything the previous kernel wrote, writes anything that kernel reads or writes, or
+//     exits; so a kernel completes
 //     only after its predecessor has, and the next kernel starts only once this one has passed its
 //     wait;
-//   - hence the part of a kernel before that call may read only what kernels two or more launches
-//     back wrote (or plain inputs): the GEMMs use it to stage ends[] and to request their first
-//     weight tiles (GroupedGemmArgs::dependent_launch).
+//   - hence the part of a kernel before that call runs beside its predecessor only (every kernel
+//     before that one has completed): it may read what kernels two or more launches back wrote (or
+//     plain inputs), and write only what its predecessor neither reads nor writes. The GEMMs use it
+//     to stage ends[] and to request their first weight tiles (GroupedGemmArgs::dependent_launch);
+//     act_quant to build its tables from ends[]; unpermute to write the zero rows of tokens past
+//     *num_tokens. Work before the wait also delays this kernel's trigger of the next one when its
+//     CTAs start late: measured, quantizing the first tokens there made the input quantization end
+//     ~0.8 us sooner but GEMM1 ~0.7 us later (perf notes v18).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
 // launches; for A/B measurements).
 #pragma once

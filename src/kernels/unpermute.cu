@@ -1,9 +1,12 @@
 // Step 6 of SPEC section 2 (see unpermute.cuh).
 //
-// Persistent grid-stride loop over units of 8 output columns (16 bytes of out): unit u is token
+// Persistent grid-stride loops over units of 8 output columns (16 bytes of out): unit u is token
 // t = u / (H / 8), columns 8 * (u % (H / 8)) .. +8, so a warp covers 512 contiguous bytes of one
-// output row. A thread issues the 16-byte loads of up to 8 slots' Y2 rows before using any of
-// them, then accumulates the slots in order j = 0..k-1 with num::reduce_step, and stores once.
+// output row. The zero rows of tokens t >= *num_tokens are written before the wait for GEMM2 (they
+// do not depend on it), then each live unit: a thread issues the 16-byte loads of up to 8 slots'
+// Y2 rows before using any of them, then accumulates the slots in order j = 0..k-1 with
+// num::reduce_step, and stores once. The Y2 rows of a thread's first unit's slots (row_of) are
+// loaded before the wait.
 #include "kernels/unpermute.cuh"
 
 #include "kernels/common.cuh"
@@ -17,48 +20,74 @@ constexpr int kBlocksPerSm = 3;  // 24 warps per SM: <= 80 registers
 constexpr int kValues = 8;      // BF16 columns per thread (one 16-byte word)
 constexpr int kSlotBatch = 8;   // slots whose loads are in flight together
 
+// The Y2 rows of slots j0 .. j0 + kSlotBatch - 1 of token t (-1 where not routed or past top_k).
+// row_of is written by the permutation, two or more launches back, so this may run before the
+// wait for GEMM2.
+struct SlotRows {
+  int32_t row[kSlotBatch];
+};
+__device__ __forceinline__ SlotRows load_rows(const UnpermuteParams& p, int64_t t, int j0) {
+  SlotRows r;
+#pragma unroll
+  for (int i = 0; i < kSlotBatch; ++i) {
+    const int j = j0 + i;
+    const int32_t row = j < p.top_k ? __ldg(p.row_of + t * p.top_k + j) : -1;
+    r.row[i] = row >= 0 && row < p.m_cap ? row : -1;
+  }
+  return r;
+}
+
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const UnpermuteParams p) {
-  detail::after_previous_kernel();  // kernels/launch.cuh
   const int64_t hidden = p.hidden_size;
   const int64_t units_per_row = hidden / kValues;
-  const int64_t units = p.tokens * units_per_row;
   const int64_t live = detail::live_tokens(p.num_tokens, p.tokens);
-  const int top_k = p.top_k;
+  const int64_t live_units = live * units_per_row;
+  const int64_t units = p.tokens * units_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint16_t* __restrict__ y2 = static_cast<const uint16_t*>(p.y2);
   uint16_t* __restrict__ out = static_cast<uint16_t*>(p.out);
 
-  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; unit < units;
-       unit += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  // Before the wait for GEMM2 (kernels/launch.cuh; GEMM2 neither reads nor writes `out`): the
+  // zero rows of tokens past *num_tokens, and the rows of this thread's first live unit's slots, so
+  // that after the wait only the Y2 loads are left on the way to the first store.
+  for (int64_t unit = live_units + first; unit < units; unit += stride)
+    *reinterpret_cast<uint4*>(out + unit * kValues) = make_uint4(0, 0, 0, 0);  // unit * 8 = t * hidden + col
+  SlotRows first_rows;
+  if (first < live_units) first_rows = load_rows(p, first / units_per_row, 0);
+  detail::after_previous_kernel();
+
+  // One live unit; with have_pre, `pre` holds its first slot batch's rows, already loaded.
+  auto unit_out = [&](int64_t unit, const SlotRows& pre, bool have_pre) {
     const int64_t t = unit / units_per_row;
     const int64_t col = (unit % units_per_row) * kValues;
     float acc[kValues];
 #pragma unroll
     for (int v = 0; v < kValues; ++v) acc[v] = 0.0f;
-    if (t < live) {
-      for (int j0 = 0; j0 < top_k; j0 += kSlotBatch) {
-        uint4 y[kSlotBatch];
-        float w[kSlotBatch];
-        bool used[kSlotBatch];
+    for (int j0 = 0; j0 < p.top_k; j0 += kSlotBatch) {
+      const SlotRows r = have_pre && j0 == 0 ? pre : load_rows(p, t, j0);
+      uint4 y[kSlotBatch];
+      float w[kSlotBatch];
 #pragma unroll
-        for (int b = 0; b < kSlotBatch; ++b) {
-          const int j = j0 + b;
-          const int64_t row = j < top_k ? __ldg(p.row_of + t * top_k + j) : -1;
-          used[b] = row >= 0 && row < p.m_cap;
-          w[b] = used[b] ? __ldg(p.topk_weights + t * top_k + j) : 0.0f;
-          y[b] = used[b] ? __ldg(reinterpret_cast<const uint4*>(y2 + row * hidden + col)) : make_uint4(0, 0, 0, 0);
-        }
+      for (int i = 0; i < kSlotBatch; ++i) {
+        const bool used = r.row[i] >= 0;
+        w[i] = used ? __ldg(p.topk_weights + t * p.top_k + j0 + i) : 0.0f;
+        y[i] = used ? __ldg(reinterpret_cast<const uint4*>(y2 + static_cast<int64_t>(r.row[i]) * hidden + col))
+                    : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int b = 0; b < kSlotBatch; ++b) {
-          if (!used[b]) continue;
-          float x[kValues];
-          detail::unpack_bf16x8(y[b], x);
+      for (int i = 0; i < kSlotBatch; ++i) {
+        if (r.row[i] < 0) continue;
+        float x[kValues];
+        detail::unpack_bf16x8(y[i], x);
 #pragma unroll
-          for (int v = 0; v < kValues; ++v) acc[v] = num::reduce_step(acc[v], w[b], x[v]);
-        }
+        for (int v = 0; v < kValues; ++v) acc[v] = num::reduce_step(acc[v], w[i], x[v]);
       }
     }
     *reinterpret_cast<uint4*>(out + t * hidden + col) = detail::pack_bf16x8(acc);
-  }
+  };
+  if (first < live_units) unit_out(first, first_rows, true);
+  for (int64_t unit = first + stride; unit < live_units; unit += stride) unit_out(unit, first_rows, false);
 }
 
 }  // namespace
