@@ -39,15 +39,17 @@ struct TileInfo {
   bool live_half[2] = {false, false};  // 64-row halves that carry live rows (get math)
 };
 
-// Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised.
-FP8MOE_HD void raster(int64_t local, int num_m, int num_n, int& m, int& n) {
-  const int64_t band_tiles = static_cast<int64_t>(kBandM) * num_n;
-  const int band = static_cast<int>(local / band_tiles);
+// Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised. In 32 bits
+// (tile counts are below 2^31): the 64-bit divisions it had were a software routine of hundreds
+// of instructions that every GEMM thread ran at every tile change (perf notes v18).
+FP8MOE_HD void raster(int local, int num_m, int num_n, int& m, int& n) {
+  const int band_tiles = kBandM * num_n;
+  const int band = local / band_tiles;
   const int band_start = band * kBandM;
   const int height = num_m - band_start < kBandM ? num_m - band_start : kBandM;
-  const int64_t rest = local - band * band_tiles;
-  m = band_start + static_cast<int>(rest % height);
-  n = static_cast<int>(rest / height);
+  const int rest = local - band * band_tiles;
+  m = band_start + rest % height;
+  n = rest / height;
 }
 
 // The live GEMM's tile width where the capacity leaves it open (decode capacities): 192 columns
@@ -188,7 +190,7 @@ struct PaddedTileScheduler {
   __device__ bool get(int64_t id, TileInfo& t) {
     if (id >= static_cast<int64_t>(num_m) * num_n) return false;
     int m, n;
-    raster(id, num_m, num_n, m, n);
+    raster(static_cast<int>(id), num_m, num_n, m, n);  // id < num_m * num_n < 2^31
     t.m_row = m * kBlockM;
     t.n_col = n * kBlockN;
     const int32_t e = __ldg(row_expert + t.m_row);
