@@ -4,9 +4,8 @@
 // finishing, on the SMs that kernel has left. The contract every fp8moe kernel keeps:
 //   - it calls after_previous_kernel() (griddepcontrol.wait, then .launch_dependents) before it
 //     reads anything the previous kernel wrote, writes anything that kernel reads or writes, or
-//     exits; so a kernel completes
-//     only after its predecessor has, and the next kernel starts only once this one has passed its
-//     wait;
+//     exits; so a kernel completes only after its predecessor has, and the next kernel starts only
+//     once this one has passed its wait;
 //   - hence the part of a kernel before that call runs beside its predecessor only (every kernel
 //     before that one has completed): it may read what kernels two or more launches back wrote (or
 //     plain inputs), and write only what its predecessor neither reads nor writes. The GEMMs use it
