@@ -73,13 +73,20 @@ FP8MOE_HD TouchedTiles touched_tiles(const int32_t* counts, int num_experts) {
   return r;
 }
 
+// An expert's first row from the previous expert's end, layout::expert_start's rounding in 32-bit
+// arithmetic (rows are below 2^31; expert 0 starts at 0): the GEMM's scheduler and width rule use
+// this form, as the 64-bit one changes the GEMM kernels' register allocation throughout.
+FP8MOE_HD int tile_aligned32(int32_t previous_end) {
+  return (previous_end + layout::kTileM - 1) / layout::kTileM * layout::kTileM;
+}
+
 #if defined(__CUDA_ARCH__)
 // wide_tiles() from ends[] in global memory, by one whole warp (every lane gets the answer).
 __device__ inline bool wide_tiles_warp(const int32_t* __restrict__ ends, int num_experts) {
   const int lane = threadIdx.x % 32;
   int m_tiles = 0, touched = 0;
   for (int e = lane; e < num_experts; e += 32) {
-    const int start = e == 0 ? 0 : (__ldg(ends + e - 1) + layout::kTileM - 1) / layout::kTileM * layout::kTileM;
+    const int start = e == 0 ? 0 : tile_aligned32(__ldg(ends + e - 1));
     const int rows = __ldg(ends + e) - start;
     m_tiles += rows > 0 ? (rows + layout::kTileM - 1) / layout::kTileM : 0;
     touched += rows > 0;
@@ -95,9 +102,7 @@ __device__ inline bool wide_tiles_warp(const int32_t* __restrict__ ends, int num
 template <int kBlockM, int kBlockN>
 struct LiveTileScheduler {
   static_assert(kBlockM % layout::kTileM == 0, "experts are aligned to the 128-row tile");
-  // Experts start on 128-row boundaries: start_e below is layout::expert_start in 32-bit arithmetic
-  // (its 64-bit form changes the GEMM's register allocation throughout the kernel).
-  static constexpr int kAlign = layout::kTileM;
+  // Experts start on 128-row boundaries (tile_aligned32).
 
   const int32_t* ends;      // shared [E]: the prefix-sum layout
   const int32_t* tile_end;  // shared [E]: live tiles of experts 0..e (inclusive prefix)
@@ -121,7 +126,7 @@ struct LiveTileScheduler {
       const int e = e0 + lane;
       int tiles = 0;
       if (e < num_experts) {
-        const int start = e == 0 ? 0 : (ends_smem[e - 1] + kAlign - 1) / kAlign * kAlign;
+        const int start = e == 0 ? 0 : tile_aligned32(ends_smem[e - 1]);
         tiles = (ends_smem[e] - start + kBlockM - 1) / kBlockM * num_n;
       }
       int inclusive = tiles;
@@ -161,7 +166,7 @@ struct LiveTileScheduler {
     }
     if (expert == num_experts) return false;
     const int first_id = expert == 0 ? 0 : tile_end[expert - 1];
-    const int start = expert == 0 ? 0 : (ends[expert - 1] + kAlign - 1) / kAlign * kAlign;
+    const int start = expert == 0 ? 0 : tile_aligned32(ends[expert - 1]);
     const int end = ends[expert];
     int m, n;
     raster(id - first_id, (end - start + kBlockM - 1) / kBlockM, num_n, m, n);
@@ -170,7 +175,7 @@ struct LiveTileScheduler {
     t.n_col = n * kBlockN;
     t.row_end = end;
     t.live_half[0] = t.m_row < end;
-    t.live_half[1] = t.m_row + kAlign / 2 < end;
+    t.live_half[1] = t.m_row + layout::kTileM / 2 < end;
     return true;
   }
 };
