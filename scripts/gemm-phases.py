@@ -7,10 +7,13 @@
     build-tr3/bench/fp8moe-gemm-bench --no-ceilings --schedule live --case 512/512 --trace trace.txt
     scripts/gemm-phases.py trace.txt            # TRACE=2 or 3: per-tile phases
     scripts/gemm-phases.py --kblocks trace.txt  # TRACE=4: the first k-blocks of one CTA
+    scripts/gemm-phases.py --producer trace.txt # TRACE=5: the producer at tile changes
 
 The trace holds lines "case gemm cta slot ns" (src/gemm/sm90_fp8_grouped_gemm_1d2d.cuh):
-  TRACE=2  math thread 0: slot 0 the CTA's entry, then four per tile (start, first k-block's data,
-           last k-block released, epilogue end), then the tile loop's exit;
+  TRACE=2  math thread 0: slot 0 the CTA's entry, then six per tile (start, first k-block's data,
+           first promotion done, last k-block released, last promotion done, epilogue end), then
+           the tile loop's exit (traces made before 2026-11-30 evening have four per tile, without
+           the two promotions: pass --stamps 4);
   TRACE=3  the same below slot 80, and from slot 80 the producer's request of each tile's first
            k-block;
   TRACE=4  math thread 0: pairs (ready to wait, data there) per stage below slot 80; the producer's
@@ -19,7 +22,9 @@ Tiles of the column-split path (17..64 live rows in the 128-wide kernel) record 
 shapes that have them (e.g. Qwen3-30B at 512/512) do not parse as TRACE=2/3.
 
 Per GEMM it prints medians (p10, p90), microseconds, over all tiles of the run: the k-loop, the
-epilogue, the wait from the epilogue's end to the next tile's first data, and with TRACE=3 how long
+epilogue, the wait from the epilogue's end to the next tile's first data, with six stamps also the
+first k-block (data -> first promotion) against the tile's mean k-block and the last promotion,
+and with TRACE=3 how long
 before the previous tile's last release the producer requested a tile's first k-block (its lead; a
 negative lead is a request after it) and how long that k-block took to arrive.
 """
@@ -49,27 +54,53 @@ def read(path):
     return runs
 
 
-def phases(path):
+def phases(path, n=6):
     for (case, gemm), ctas in read(path).items():
-        loop, epilogue, gap, lead, latency = [], [], [], [], []
+        loop, epilogue, gap, lead, latency, first, last = [], [], [], [], [], [], []
         for stamps in ctas.values():
             math = [stamps[s] for s in sorted(stamps) if s < PRODUCER_SLOT0]
             requests = [stamps[s] for s in sorted(stamps) if s >= PRODUCER_SLOT0]
-            tiles = (len(math) - 2) // 4
+            tiles = (len(math) - 2) // n
             for i in range(tiles):
-                start, data, released, done = math[1 + 4 * i: 5 + 4 * i]
+                tile = math[1 + n * i: 1 + n * (i + 1)]
+                if n == 6:
+                    start, data, promoted, released, loop_end, done = tile
+                    first.append(promoted - data)
+                    last.append(loop_end - released)
+                else:
+                    start, data, released, done = tile
                 loop.append(released - data)
                 epilogue.append(done - released)
                 if i > 0:
-                    gap.append(data - math[4 * i])  # from the previous tile's epilogue end
+                    gap.append(data - math[n * i])  # from the previous tile's epilogue end
                     if i < len(requests):
-                        lead.append(math[4 * i - 1] - requests[i])
+                        lead.append(math[n * i - (2 if n == 6 else 1)] - requests[i])  # the previous tile's last release
                         latency.append(data - requests[i])
         print(f"{case} gemm{gemm}: {len(loop)} tiles; k-loop {fmt(loop)}, epilogue {fmt(epilogue)}, "
               f"epilogue end -> next tile's data {fmt(gap)}")
+        if first:
+            print(f"  of which first k-block (data -> first promotion done) {fmt(first)}, "
+                  f"last promotion {fmt(last)} (the epilogue above includes it)")
         if lead:
             print(f"  first k-block requested {fmt(lead)} before the previous tile's last release; "
                   f"request -> data {fmt(latency)}")
+
+
+def producer(path):
+    """TRACE=5: the producer's four stamps per tile (slots 80 + 4 * tile + i)."""
+    for (case, gemm), ctas in read(path).items():
+        get, slot, issue, lead = [], [], [], []
+        for stamps in ctas.values():
+            for i in range(1, 12):
+                s = {j: stamps.get(PRODUCER_SLOT0 + 4 * i + j) for j in range(4)}
+                last_prev = stamps.get(PRODUCER_SLOT0 + 4 * (i - 1) + 3)
+                if None in s.values() or last_prev is None:
+                    continue
+                get.append(s[0] - last_prev)
+                slot.append(s[1] - s[0])
+                issue.append(s[2] - s[1])
+        print(f"{case} gemm{gemm} producer at tile changes: previous tile's last request -> next tile known "
+              f"{fmt(get)}; -> its first stage free {fmt(slot)}; -> requested {fmt(issue)}")
 
 
 def kblocks(path, cta=5, count=40):
@@ -92,5 +123,9 @@ if __name__ == "__main__":
         kblocks(sys.argv[2])
     elif len(sys.argv) == 2:
         phases(sys.argv[1])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--producer":
+        producer(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--stamps":
+        phases(sys.argv[3], int(sys.argv[2]))
     else:
         sys.exit(__doc__)

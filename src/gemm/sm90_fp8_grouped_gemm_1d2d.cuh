@@ -3,9 +3,10 @@
 //
 //   warpgroup 2 (producer, 40 registers): one thread walks the tile schedule and, for every 128-K
 //     block, waits for a free ring stage and issues three TMA loads into it (A 128x128 with an L2
-//     evict-last hint, B BNx128, A's 128 scales), completing on the stage's `full` mbarrier. Live
-//     single CTAs claim each tile after their first from a global counter (dynamic tiles) and
-//     pass its id to the math warpgroups in shared memory with the tile's first k-block;
+//     evict-last hint, B BNx128, A's 128 scales; 128 wide, also the block's B scale, copied with
+//     cp.async), completing on the stage's `full` mbarrier. Live single CTAs claim each tile after
+//     their first from a global counter (dynamic tiles) and pass its id to the math warpgroups in
+//     shared memory with the tile's first k-block;
 //   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. The tile's
 //     columns are two halves, each a group of four wgmma m64n(BN/2)k32 into its own FP32
 //     accumulator, software-pipelined so that one half runs on the tensor cores while the other
@@ -56,17 +57,23 @@
 #define FP8MOE_GEMM_ABLATE 0
 #endif
 // Timeline builds, also for investigation only: -DFP8MOE_GEMM_TRACE=1 makes thread 0 of every CTA
-// (math warpgroup 0) write %globaltimer when it starts each tile and when it leaves the tile loop,
-// into g_sm90_gemm_trace[cta][slot] (slot 0 = kernel entry; read back by the GEMM bench).
-// -DFP8MOE_GEMM_TRACE=2 records four times per tile instead of one (on the two-half path that
-// decode and prefill tiles take): its start, the first k-block's data in shared memory, the last
-// k-block released, the epilogue's end. =3 adds, from the producer thread, the time it requested
+// (math warpgroup 0; -DFP8MOE_GEMM_TRACE_THREAD=128: warpgroup 1) write %globaltimer when it
+// starts each tile and when it leaves the tile loop, into g_sm90_gemm_trace[cta][slot] (slot 0 =
+// kernel entry; read back by the GEMM bench). -DFP8MOE_GEMM_TRACE=2 records six times per tile
+// instead of one (on the two-half path that decode and prefill tiles take): its start, the first
+// k-block's data in shared memory, the first promotion done, the last k-block released, the last
+// promotion done, the epilogue's end. =3 adds, from the producer thread, the time it requested
 // each tile's first k-block (slots kTraceProducerSlot0 + tile index; the math thread's slots stop
 // below them). =4 records per k-block instead, for the first k-blocks of each CTA: the math thread
 // when each stage's data is there (slots 0..79; the two-half path), the producer when it has
-// requested each stage (slots 80..127).
+// requested each stage (slots 80..127). =5 is =3 with four producer stamps per tile instead of one
+// (slots 80 + 4 * tile + i): i = 0 the tile known (the scheduler's get() returned), 1 the stage for
+// its first k-block free, 2 that k-block requested, 3 its last k-block requested.
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
+#endif
+#ifndef FP8MOE_GEMM_TRACE_THREAD
+#define FP8MOE_GEMM_TRACE_THREAD 0
 #endif
 
 namespace fp8moe::gemm {
@@ -103,21 +110,28 @@ struct Sm90GemmParams {
 __device__ uint64_t g_sm90_gemm_trace[kGemmTraceCtas * kGemmTraceSlots];
 constexpr int kTraceProducerSlot0 = FP8MOE_GEMM_TRACE >= 3 ? 80 : kGemmTraceSlots;
 __device__ __forceinline__ void trace_time(int slot) {
-  if (FP8MOE_GEMM_TRACE < 4 && threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
+  if (FP8MOE_GEMM_TRACE != 4 && threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
 // TRACE>=3, the producer: its n-th request of a stage (=4), or of a tile's first k-block (=3).
 __device__ __forceinline__ void trace_request(int& n, bool tile_start) {
-  if (FP8MOE_GEMM_TRACE < 3 || (FP8MOE_GEMM_TRACE == 3 && !tile_start)) return;
+  if (FP8MOE_GEMM_TRACE < 3 || FP8MOE_GEMM_TRACE == 5 || (FP8MOE_GEMM_TRACE == 3 && !tile_start)) return;
   const int slot = kTraceProducerSlot0 + n++;
+  if (blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
+    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
+}
+// TRACE=5, the producer: stamp `what` of its tile-th tile.
+__device__ __forceinline__ void trace_producer(int tile, int what) {
+  if (FP8MOE_GEMM_TRACE != 5) return;
+  const int slot = kTraceProducerSlot0 + 4 * tile + what;
   if (blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
 // TRACE=4, math thread 0: its n-th stamp (before and after each wait for a stage's data).
 __device__ __forceinline__ void trace_data(int& n) {
-  if (FP8MOE_GEMM_TRACE < 4) return;
+  if (FP8MOE_GEMM_TRACE != 4) return;
   const int slot = n++;
-  if (threadIdx.x == 0 && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
+  if (threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
 #endif
@@ -129,6 +143,14 @@ struct Sm90GemmConfig {
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
   static constexpr int kSfaBytes = kBlockM * 4;
+  // The 128-wide (decode, mid-size) body gets each k-block's B scale with the stage: the producer
+  // copies it in, so the math reads it from shared memory. That took the global load off each
+  // tile's first promotion (decode tiles' first k-block 0.6 -> 0.3 us) and made Qwen3-30B 512/512
+  // 2.6% faster; in the 192-wide (prefill) body the same copy measured 2-4% slower (its producer
+  // requested each tile's first k-block ~0.5 us later), so that body loads its two B scales from
+  // global memory one k-block ahead (perf notes v19).
+  static constexpr bool kScalesInRing = kBlockN == 128;
+  static constexpr int kSfbBytes = kScalesInRing ? 4 : 0;
   static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
   // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
   // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
@@ -138,8 +160,8 @@ struct Sm90GemmConfig {
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims).
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes + 2 * kDBytes + 2 * kStages * 8 + 2 * kMaxExperts * 4 + kStages * 4 + 1024;
+  static constexpr int kSmemBytes = kStages * (kStageBytes + kSfbBytes) + 2 * kDBytes + 2 * kStages * 8 +
+                                    2 * kMaxExperts * 4 + kStages * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
@@ -178,7 +200,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   uint8_t* smem_b = smem_a + kStages * Cfg::kABytes;
   uint8_t* smem_d = smem_b + kStages * Cfg::kBBytes;  // 2 x kDBytes, 1024-aligned
   float* smem_sfa = reinterpret_cast<float*>(smem_d + 2 * Cfg::kDBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfa + kStages * Cfg::kBlockM);
+  float* smem_sfb = smem_sfa + kStages * Cfg::kBlockM;  // kScalesInRing: one per stage
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + (Cfg::kScalesInRing ? kStages : 0));
   uint64_t* empty = full + kStages;
   int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
   int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
@@ -223,12 +246,24 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       // A (activations) is re-read by every N-tile of its rows while the weights stream past it:
       // keep it in L2 ahead of them (ncu, GEMM1 4096/4096: DRAM reads 2.19 -> 1.56 GB).
       const uint64_t pol_a = ptx::l2_policy_evict_last();
+      // kScalesInRing: the element offset of the tile's B-scale row, and the copy of k-block kb's
+      // scale into stage s (before the stage's other arrivals: cp_async_mbar_arrive).
+      auto sb_row = [&](const sched::TileInfo& tile) {
+        const int n128 = (tile.n_col + (kPairM ? 0 : static_cast<int>(rank) * kBlockN)) / 128;
+        return (tile.expert * (p.n / 128) + n128) * kblocks(p);
+      };
+      auto load_sb = [&](int s, int row, int kb) {
+        if constexpr (Cfg::kScalesInRing) {
+          ptx::cp_async_4(smem_sfb + s, p.b_scale + row + kb);
+          ptx::cp_async_mbar_arrive(&full[s]);
+        }
+      };
       // Programmatic dependent launch (kernels/launch.cuh): before waiting for the previous kernel,
       // request the first tile's weights for the whole ring (they do not depend on it), on an SM
       // that kernel has already left; A and its scales follow after the wait. Single CTAs only.
       int kb_first = 0;  // the first tile's k-blocks already requested
 #if FP8MOE_GEMM_TRACE
-      int requests = 0;
+      int requests = 0, tiles = 0;
 #endif
       if constexpr (kCluster == 1 && FP8MOE_GEMM_ABLATE != 3) {
         sched::TileInfo t0;
@@ -236,7 +271,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         if (first.get(first_tile_id<kCluster>(), t0)) {
           kb_first = kblocks(p) < kStages ? kblocks(p) : kStages;
           const int box = a_box_for<kLive>(t0.row_end - t0.m_row);
+          const int sb_first = sb_row(t0);
           for (int s = 0; s < kb_first; ++s) {
+            load_sb(s, sb_first, s);
             ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
             ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
@@ -259,6 +296,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       sched::TileInfo t;
       int id = first_tile_id<kCluster>();
       while (scheduler.get(id, t)) {
+#if FP8MOE_GEMM_TRACE
+        trace_producer(tiles, 0);
+#endif
         int next = id + tile_id_step<kCluster>();
         if constexpr (kPairM) t.m_row += rank * Cfg::kBlockM;
         // N-pairs: this CTA's B tile; M-pairs: the half of the shared B tile this CTA multicasts.
@@ -269,11 +309,15 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         const CUtensorMap* map_a = &p.map_a[box];
         const uint32_t stage_bytes =
             (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
+        const int sb_tile = sb_row(t);
         for (int kb = kb_first; kb < kblocks(p); ++kb) {
           // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
           const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
           if (dynamic && kb == claim_kb) next = claim();
           ptx::mbar_wait(&empty[stage], phase ^ 1u);
+#if FP8MOE_GEMM_TRACE
+          if (kb == 0) trace_producer(tiles, 1);
+#endif
           if (dynamic && kb == 0) smem_tile_id[stage] = id;  // published by the arrive below
           if (FP8MOE_GEMM_ABLATE == 3) {
             ptx::mbar_arrive(&full[stage]);
@@ -283,6 +327,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
             }
             continue;
           }
+          load_sb(stage, sb_tile, kb);
           ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
           if constexpr (kPairM) {
             if (cta_live) {
@@ -307,6 +352,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
           }
 #if FP8MOE_GEMM_TRACE
           trace_request(requests, kb == 0);
+          if (kb == 0) trace_producer(tiles, 2);
+          if (kb + 1 == kblocks(p)) trace_producer(tiles, 3);
 #endif
           if (++stage == kStages) {
             stage = 0;
@@ -316,6 +363,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         if (dynamic && kb_first >= kblocks(p)) next = claim();  // the whole tile was requested before the wait
         kb_first = 0;
         id = next;
+#if FP8MOE_GEMM_TRACE
+        ++tiles;
+#endif
       }
       if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
@@ -391,8 +441,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
           advance();
         }
       } else {
-        // A 192-wide tile straddles two 128-wide B-scale blocks: columns [0, split) use the first,
-        // the rest the second (clamped: past N they feed only columns that are never stored).
+        // B scales: the stage's copy (kScalesInRing), else from global memory. A 192-wide tile
+        // straddles two 128-wide B-scale blocks: columns [0, split) use the first, the rest the
+        // second (clamped: past N they feed only columns that are never stored).
         const int n128 = t.n_col / 128;
         const int split = 128 - t.n_col % 128;  // 128 or 64
         const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
@@ -446,8 +497,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
           const int row = row_in_tile - 64 * warpgroup;
           for (int kb = 0; kb < kblocks(p); ++kb) {
-            const float sb = __ldg(sb_lo + kb);
             ptx::mbar_wait(&full[stage], phase);
+            const float sb = smem_sfb[stage];  // (128 wide: kScalesInRing)
             const float sa0 = smem_sfa[stage * Cfg::kBlockM + row];
             const float sa1 = smem_sfa[stage * Cfg::kBlockM + row + 8];
             issue(acc_a, warpgroup, 0);
@@ -474,15 +525,20 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #endif
         float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
         float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
-        float sb = __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
+        float sb = Cfg::kScalesInRing ? smem_sfb[stage] : __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
         issue(acc_a, 0, a_desc_offset);
         issue(acc_b, 1, a_desc_offset);
         for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
-          const float sb_next = __ldg(sb_lo + kb + 1), sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
+          // From global memory one k-block ahead, before the stage's wait (not kScalesInRing).
+          float sb_next = Cfg::kScalesInRing ? 0.0f : __ldg(sb_lo + kb + 1),
+                sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
           ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
 #pragma unroll
           for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
           promote(acc_a, 0, sa0, sa1, sb, sb2);
+#if FP8MOE_GEMM_TRACE >= 2
+          if (kb == 0) trace_time(traced++);
+#endif
           const int cur = stage;
           if constexpr (kReleaseFirst) {
             ptx::wgmma_wait<0>();  // B(kb) done
@@ -498,6 +554,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #endif
           const float sa0_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
           const float sa1_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
+          if constexpr (Cfg::kScalesInRing) sb_next = sb2_next = smem_sfb[stage];
           issue(acc_a, 0, a_desc_offset);  // A(kb+1)
           if constexpr (!kReleaseFirst) {
             ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
@@ -513,6 +570,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #pragma unroll
         for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
         promote(acc_a, 0, sa0, sa1, sb, sb2);
+#if FP8MOE_GEMM_TRACE >= 2
+        if (kblocks(p) == 1) trace_time(traced++);
+#endif
         ptx::wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
@@ -521,6 +581,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
         trace_time(traced++);
 #endif
         promote(acc_b, 1, sa0, sa1, sb, sb2);
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
         advance();
         }
       }

@@ -118,6 +118,17 @@ __device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* m
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
       : "memory");
 }
+// 4-byte copy global -> shared (cp.async, cached in L1). Its completion is tracked by
+// cp_async_mbar_arrive, not by a wait.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+// Adds one expected arrival to `bar`'s current phase and makes it when this thread's earlier
+// cp.async copies have landed (call it before the phase's other arrivals, so the phase cannot
+// complete first).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 // Stores a 2-D tile from shared memory through TMA (bulk group): the writers of that shared memory
 // order their writes before it with fence_proxy_async_smem() and a barrier; the issuing thread
 // commits the group and waits for its reads (bulk_wait_read) before the tile is written again.
