@@ -157,11 +157,13 @@ struct Sm90GemmConfig {
   static constexpr bool kBulkStore = kBlockN == 192;
   static constexpr int kDBytes = 64 * (kBulkStore ? kBlockN : 64) * 2;
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
-  // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each.
+  // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each, and (192
+  // wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
+  static constexpr bool kTileLut = kBlockN == 192;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims).
   static constexpr int kSmemBytes = kStages * (kStageBytes + kSfbBytes) + 2 * kDBytes + 2 * kStages * 8 +
-                                    2 * kMaxExperts * 4 + kStages * 4 + 1024;
+                                    (2 * kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4 + kStages * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
@@ -189,7 +191,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   // high (M-pairs); CTA `rank` takes its slice.
   constexpr int kClusterM = kPairM ? kCluster : 1, kClusterN = kPairM ? 1 : kCluster;
   using Scheduler =
-      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN>,
+      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN, Cfg::kTileLut>,
                                 sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
 
   extern __shared__ uint8_t smem_raw[];
@@ -205,7 +207,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   uint64_t* empty = full + kStages;
   int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
   int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
-  int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts;
+  int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts + (Cfg::kTileLut ? sched::kTileLutInts : 0);
 
   const int warpgroup = threadIdx.x / 128;
   // Dynamic tiles (live single CTAs with a counter): a CTA's first tile is its block index, every

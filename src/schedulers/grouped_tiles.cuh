@@ -5,8 +5,9 @@
 // copy of the same scheduler on the same ids, so they agree on the tiles.
 //
 // - LiveTileScheduler reads the prefix-sum layout ends[] (staged in shared memory with a prefix
-//   of live tiles per expert, so finding a tile's expert is a binary search in shared memory
-//   instead of a chain of dependent global loads and arithmetic) and enumerates only the
+//   of live tiles per expert and a coarse table from tile ids to experts, so finding a tile's
+//   expert is a short search in shared memory instead of a chain of dependent global loads and
+//   arithmetic) and enumerates only the
 //   ceil(n_e / BLOCK_M) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end
 //   the walk, so nothing past an expert's last live tile is ever loaded or stored. BLOCK_M is 128
 //   or, for clusters of M-neighbours, a multiple of it; experts still start on 128-row boundaries,
@@ -30,6 +31,33 @@ namespace fp8moe::sched {
 
 constexpr int kBandM = 16;
 constexpr int kMaxLiveExperts = 512;  // the live scheduler's shared tables (fp8moe::kMaxExperts)
+
+// The tile lookup table that follows tile_end[kMaxLiveExperts] in the live scheduler's tables
+// (kLut: the prefill-sized GEMMs; building it at a decode GEMM's start cost more than it saved):
+// [shift, entries, lut[0 .. entries - 1], E, E] with lut[j] the expert of tile id j << shift and
+// entries = ceil(tiles / 2^shift) <= kTileLutEntries. A tile's expert then lies between lut[j] and
+// lut[j + 1] (j = id >> shift): a binary search over a few experts instead of all of them (a
+// dependent chain of ~7 shared-memory loads for E = 128 took ~1 us per tile change under a
+// prefill's load: perf notes v19).
+constexpr int kTileLutEntries = 256;
+constexpr int kTileLutInts = kTileLutEntries + 4;
+FP8MOE_HD int tile_lut_shift(int total_tiles) {
+  int shift = 0;
+  while ((total_tiles >> shift) >= kTileLutEntries) ++shift;
+  return shift;
+}
+// Fills the entries of expert e, whose tiles are ids [first, end), and (e + 1 == num_experts) the
+// header and end markers; the caller calls it for every expert.
+FP8MOE_HD void fill_tile_lut(int32_t* lut, int e, int num_experts, int first, int end, int total_tiles) {
+  const int shift = tile_lut_shift(total_tiles);
+  for (int j = (first + (1 << shift) - 1) >> shift; (j << shift) < end; ++j) lut[2 + j] = e;
+  if (e + 1 == num_experts) {
+    const int entries = (total_tiles + (1 << shift) - 1) >> shift;
+    lut[0] = shift;
+    lut[1] = entries;
+    lut[2 + entries] = lut[3 + entries] = num_experts;
+  }
+}
 
 struct TileInfo {
   int32_t expert = 0;   // expert whose weights the tile multiplies
@@ -99,20 +127,22 @@ __device__ inline bool wide_tiles_warp(const int32_t* __restrict__ ends, int num
 }
 #endif
 
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, bool kLut = false>
 struct LiveTileScheduler {
   static_assert(kBlockM % layout::kTileM == 0, "experts are aligned to the 128-row tile");
   // Experts start on 128-row boundaries (tile_aligned32).
 
   const int32_t* ends;      // shared [E]: the prefix-sum layout
-  const int32_t* tile_end;  // shared [E]: live tiles of experts 0..e (inclusive prefix)
+  const int32_t* tile_end;  // shared [kMaxLiveExperts]: live tiles of experts 0..e (inclusive prefix),
+                            // then (kLut) the tile lookup table (kTileLutInts)
   int num_experts;
   int num_n;
   int expert = 0;           // cursor: tile ids only grow, so the expert only moves forward
 
 #if defined(__CUDACC__)
-  // Stages ends[] in shared memory and builds tile_end[] (every thread of the CTA calls this; it
-  // synchronises the CTA once inside, and the caller must synchronise once more before get()).
+  // Stages ends[] in shared memory and builds tile_end[] and the lookup table after it (every
+  // thread of the CTA calls this; it synchronises the CTA once inside, and the caller must
+  // synchronise once more before get()).
   // 32-bit arithmetic throughout: tile ids and rows are < 2^31.
   __device__ static void stage(const int32_t* __restrict__ ends_global, int num_experts, int n, int32_t* ends_smem,
                                int32_t* tile_end_smem) {
@@ -138,6 +168,12 @@ struct LiveTileScheduler {
       if (e < num_experts) tile_end_smem[e] = carry + inclusive;
       carry += __shfl_sync(0xFFFFFFFFu, inclusive, 31);
     }
+    if constexpr (kLut) {
+      __syncwarp();
+      for (int e = lane; e < num_experts; e += 32)
+        fill_tile_lut(tile_end_smem + kMaxLiveExperts, e, num_experts, e == 0 ? 0 : tile_end_smem[e - 1],
+                      tile_end_smem[e], carry);
+    }
   }
 #endif
 
@@ -149,14 +185,20 @@ struct LiveTileScheduler {
 
   // Ids must be asked for in increasing order; false once the id is past every live tile. The
   // expert of a tile is the first whose tile_end exceeds the id: usually the cursor's, else a
-  // binary search past it (a walk cost ~80 cycles per expert passed, ~4 us for E = 128 on the
-  // H200, paid by every CTA of a decode GEMM). (Written so that the 192-wide GEMM's math
-  // warpgroups, which sit at their register budget, do not spill: e.g. an early 64-bit bound
-  // check did.)
+  // binary search past it (kLut: between the lookup table's bounds; a walk cost ~80 cycles per expert
+  // passed, ~4 us for E = 128 on the H200, paid by every CTA of a decode GEMM). (Written so that
+  // the 192-wide GEMM's math warpgroups, which sit at their register budget, do not spill: e.g. an
+  // early 64-bit bound check did.)
   FP8MOE_HD bool get(int64_t id64, TileInfo& t) {
     const int id = static_cast<int>(id64);
     if (expert < num_experts && tile_end[expert] <= id) {
       int lo = expert + 1, hi = num_experts;  // the answer lies in [lo, hi]
+      if constexpr (kLut) {
+        const int32_t* lut = tile_end + kMaxLiveExperts;
+        const int j = id >> lut[0] < lut[1] ? id >> lut[0] : lut[1];  // past the last tile: the end markers
+        lo = lo > lut[2 + j] ? lo : lut[2 + j];
+        hi = lut[3 + j];
+      }
       while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (tile_end[mid] <= id) lo = mid + 1;
