@@ -61,6 +61,8 @@ def phases(path, n=6):
             math = [stamps[s] for s in sorted(stamps) if s < PRODUCER_SLOT0]
             requests = [stamps[s] for s in sorted(stamps) if s >= PRODUCER_SLOT0]
             tiles = (len(math) - 2) // n
+            if PRODUCER_SLOT0 in stamps and PRODUCER_SLOT0 + 1 not in stamps:
+                requests = []  # TRACE=5: four producer stamps per tile (--producer), the first tile's 1-2 unset
             for i in range(tiles):
                 tile = math[1 + n * i: 1 + n * (i + 1)]
                 if n == 6:
@@ -74,7 +76,8 @@ def phases(path, n=6):
                 if i > 0:
                     gap.append(data - math[n * i])  # from the previous tile's epilogue end
                     if i < len(requests):
-                        lead.append(math[n * i - (2 if n == 6 else 1)] - requests[i])  # the previous tile's last release
+                        released = math[n * i - (2 if n == 6 else 1)]  # the previous tile's last release
+                        lead.append(released - requests[i])
                         latency.append(data - requests[i])
         print(f"{case} gemm{gemm}: {len(loop)} tiles; k-loop {fmt(loop)}, epilogue {fmt(epilogue)}, "
               f"epilogue end -> next tile's data {fmt(gap)}")

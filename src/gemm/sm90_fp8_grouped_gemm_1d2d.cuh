@@ -110,7 +110,8 @@ struct Sm90GemmParams {
 __device__ uint64_t g_sm90_gemm_trace[kGemmTraceCtas * kGemmTraceSlots];
 constexpr int kTraceProducerSlot0 = FP8MOE_GEMM_TRACE >= 3 ? 80 : kGemmTraceSlots;
 __device__ __forceinline__ void trace_time(int slot) {
-  if (FP8MOE_GEMM_TRACE != 4 && threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas && slot < kTraceProducerSlot0)
+  if (FP8MOE_GEMM_TRACE != 4 && threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas &&
+      slot < kTraceProducerSlot0)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
 // TRACE>=3, the producer: its n-th request of a stage (=4), or of a tile's first k-block (=3).
@@ -190,9 +191,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   // The scheduler hands out cluster tiles, kCluster * kBlockN wide (N-pairs) or kCluster * 128 rows
   // high (M-pairs); CTA `rank` takes its slice.
   constexpr int kClusterM = kPairM ? kCluster : 1, kClusterN = kPairM ? 1 : kCluster;
-  using Scheduler =
-      typename std::conditional<kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN, Cfg::kTileLut>,
-                                sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
+  using Scheduler = typename std::conditional<
+      kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN, Cfg::kTileLut>,
+      sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
 
   extern __shared__ uint8_t smem_raw[];
   // Align through an offset from smem_raw (not an integer round trip) so the compiler still knows
