@@ -8,7 +8,7 @@
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
 //                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH]
 // --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
-// of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..4) appends one cold-L2
+// of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
 // live run's per-CTA timeline to PATH as lines "case gemm cta slot ns".
 #include <cuda_runtime.h>
 
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
 #if !FP8MOE_GEMM_TRACE
   if (!trace_path.empty()) {
-    std::fprintf(stderr, "--trace needs a timeline build (-DFP8MOE_GEMM_TRACE=1..4)\n");
+    std::fprintf(stderr, "--trace needs a timeline build (-DFP8MOE_GEMM_TRACE=1..5)\n");
     return 2;
   }
 #endif

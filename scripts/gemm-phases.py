@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarises the phase timelines of the grouped GEMM's TRACE=2..4 builds (where a tile's time goes).
+"""Summarises the phase timelines of the grouped GEMM's TRACE=2..5 builds (where a tile's time goes).
 
     cmake -S . -B build-tr3 -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
           -DFP8MOE_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS=-DFP8MOE_GEMM_TRACE=3

@@ -128,7 +128,7 @@ __device__ __forceinline__ void trace_producer(int tile, int what) {
   if (blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
 }
-// TRACE=4, math thread 0: its n-th stamp (before and after each wait for a stage's data).
+// TRACE=4, the stamping math thread: its n-th stamp (before and after each wait for a stage's data).
 __device__ __forceinline__ void trace_data(int& n) {
   if (FP8MOE_GEMM_TRACE != 4) return;
   const int slot = n++;

@@ -5,9 +5,9 @@
 // copy of the same scheduler on the same ids, so they agree on the tiles.
 //
 // - LiveTileScheduler reads the prefix-sum layout ends[] (staged in shared memory with a prefix
-//   of live tiles per expert and a coarse table from tile ids to experts, so finding a tile's
-//   expert is a short search in shared memory instead of a chain of dependent global loads and
-//   arithmetic) and enumerates only the
+//   of live tiles per expert and, for prefill-sized GEMMs, a coarse table from tile ids to
+//   experts, so finding a tile's expert is a short search in shared memory instead of a chain of
+//   dependent global loads and arithmetic) and enumerates only the
 //   ceil(n_e / BLOCK_M) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end
 //   the walk, so nothing past an expert's last live tile is ever loaded or stored. BLOCK_M is 128
 //   or, for clusters of M-neighbours, a multiple of it; experts still start on 128-row boundaries,
@@ -185,10 +185,10 @@ struct LiveTileScheduler {
 
   // Ids must be asked for in increasing order; false once the id is past every live tile. The
   // expert of a tile is the first whose tile_end exceeds the id: usually the cursor's, else a
-  // binary search past it (kLut: between the lookup table's bounds; a walk cost ~80 cycles per expert
-  // passed, ~4 us for E = 128 on the H200, paid by every CTA of a decode GEMM). (Written so that
-  // the 192-wide GEMM's math warpgroups, which sit at their register budget, do not spill: e.g. an
-  // early 64-bit bound check did.)
+  // binary search past it, with kLut only between the lookup table's two entries around the id (a
+  // walk cost ~80 cycles per expert passed, ~4 us for E = 128 on the H200, paid by every CTA of a
+  // decode GEMM). (Written so that the 192-wide GEMM's math warpgroups, which sit at their
+  // register budget, do not spill: e.g. an early 64-bit bound check did.)
   FP8MOE_HD bool get(int64_t id64, TileInfo& t) {
     const int id = static_cast<int>(id64);
     if (expert < num_experts && tile_end[expert] <= id) {

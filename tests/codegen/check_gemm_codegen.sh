@@ -5,7 +5,7 @@
 #  - the default (single-CTA) kernels must not use local memory: the math warpgroups run at their
 #    register budget, and a spill or a run-time-indexed accumulator array lands in the k-loop;
 #  - the investigation builds (FP8MOE_GEMM_ABLATE=2|3|4, FP8MOE_GEMM_TRACE=1 with the GEMM bench's
-#    timeline dump, =2 with four times per tile, =3 and =4 with the producer's requests) still
+#    timeline dump, =2 with six times per tile, =3, =4 and =5 with the producer's stamps) still
 #    compile, so a profiling session does not start by repairing them.
 #   check_gemm_codegen.sh NVCC SOURCE_DIR
 set -euo pipefail
@@ -38,7 +38,7 @@ if [[ $kernels -lt 4 ]]; then
   status=1
 fi
 for flag in -DFP8MOE_GEMM_ABLATE=2 -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_TRACE=1 -DFP8MOE_GEMM_TRACE=2 \
-  -DFP8MOE_GEMM_TRACE=3 -DFP8MOE_GEMM_TRACE=4; do
+  -DFP8MOE_GEMM_TRACE=3 -DFP8MOE_GEMM_TRACE=4 -DFP8MOE_GEMM_TRACE=5; do
   for file in src/gemm/sm90_fp8_grouped_gemm_1d2d.cu bench/gemm_bench.cu; do
     [[ $flag == *ABLATE* && $file == bench/* ]] && continue
     if ! "$nvcc" -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I"$src" -I"$src/src" -I"$src/include" "$flag" \
