@@ -213,6 +213,13 @@ __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(const void* tile) {
   return desc;
 }
 
+// The descriptor with its start address advanced by `units` 16-byte units: in the low word only (the
+// 14-bit address field of a shared-memory tile never carries into the LBO), so that the compiler
+// adds 32 bits and keeps the constant high word instead of a 64-bit add with carry.
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t units) {
+  return (desc & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + units);
+}
+
 // D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, E4M3 inputs from shared memory, FP32 accumulators in
 // registers (the m64nNk32 fragment: N/2 floats per thread). scale_d = 0 overwrites D.
 template <int N>
