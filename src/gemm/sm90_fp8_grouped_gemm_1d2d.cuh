@@ -162,9 +162,13 @@ struct Sm90GemmConfig {
   // wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   static constexpr bool kTileLut = kBlockN == 192;
-  // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims).
+  // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
+  // then, 192 wide, that tile resolved (expert, first row, first column, row end: kStages x 4
+  // ints), so that the math warpgroups do not run the scheduler's get() at each tile change.
+  static constexpr bool kTileInfoSlots = kBlockN == 192;
   static constexpr int kSmemBytes = kStages * (kStageBytes + kSfbBytes) + 2 * kDBytes + 2 * kStages * 8 +
-                                    (2 * kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4 + kStages * 4 + 1024;
+                                    (2 * kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4 +
+                                    kStages * (kTileInfoSlots ? 5 : 1) * 4 + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
 };
 
@@ -209,6 +213,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
   int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
   int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts + (Cfg::kTileLut ? sched::kTileLutInts : 0);
+  int32_t* smem_tile_info = smem_tile_id + kStages;  // kTileInfoSlots: [kStages][4]
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
@@ -325,7 +330,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
 #if FP8MOE_GEMM_TRACE
           if (kb == 0) trace_producer(tiles, 1);
 #endif
-          if (dynamic && kb == 0) smem_tile_id[stage] = id;  // published by the arrive below
+          if (dynamic && kb == 0) {  // published by the arrive below
+            smem_tile_id[stage] = id;
+            if constexpr (Cfg::kTileInfoSlots) {
+              int32_t* info = smem_tile_info + 4 * stage;
+              info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
+            }
+          }
           if (FP8MOE_GEMM_ABLATE == 3) {
             ptx::mbar_arrive(&full[stage]);
             if (++stage == kStages) {
@@ -377,6 +388,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         smem_tile_id[stage] = id;
+        if constexpr (Cfg::kTileInfoSlots) smem_tile_info[4 * stage] = -1;  // no expert: the end
         ptx::mbar_arrive(&full[stage]);
       }
     }
@@ -418,7 +430,23 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
       ptx::mbar_wait(&full[stage], phase);
       return smem_tile_id[stage];
     };
-    for (int id = first_tile_id<kCluster>(); scheduler.get(id, t); id = next_id(id)) {
+    // The tile of an id: the scheduler's, except (kTileInfoSlots, dynamic) after the first tile,
+    // where the producer has published it resolved with the id (the wait above covers both).
+    [[maybe_unused]] bool published = false;
+    auto get_tile = [&](int id) {
+      if constexpr (Cfg::kTileInfoSlots) {
+        if (published) {
+          const int32_t* info = smem_tile_info + 4 * stage;
+          t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
+          t.live_half[0] = t.m_row < t.row_end;
+          t.live_half[1] = t.m_row + Cfg::kBlockM / 2 < t.row_end;
+          return t.expert >= 0;
+        }
+        published = dynamic;
+      }
+      return scheduler.get(id, t);
+    };
+    for (int id = first_tile_id<kCluster>(); get_tile(id); id = next_id(id)) {
 #if FP8MOE_GEMM_TRACE
       trace_time(traced++);
 #endif
