@@ -166,6 +166,9 @@ struct Sm90GemmConfig {
   // then, 192 wide, that tile resolved (expert, first row, first column, row end: kStages x 4
   // ints), so that the math warpgroups do not run the scheduler's get() at each tile change.
   static constexpr bool kTileInfoSlots = kBlockN == 192;
+  // Where ends[] sits (after the ring, the staging tiles, the A and B scales and the barriers).
+  static constexpr int kEndsOffset = kStages * (kABytes + kBBytes) + 2 * kDBytes + kStages * kBlockM * 4 +
+                                     (kScalesInRing ? kStages * 4 : 0) + 2 * kStages * 8;
   static constexpr int kSmemBytes = kStages * (kStageBytes + kSfbBytes) + 2 * kDBytes + 2 * kStages * 8 +
                                     (2 * kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4 +
                                     kStages * (kTileInfoSlots ? 5 : 1) * 4 + 1024;
@@ -186,7 +189,7 @@ __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.
 
 // The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
 template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM>
-__device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
+__device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool ends_staged = false) {
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
   const CUtensorMap* map_b = &p.map_b[kBlockN == 192];
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
@@ -210,7 +213,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
   float* smem_sfb = smem_sfa + kStages * Cfg::kBlockM;  // kScalesInRing: one per stage
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + (Cfg::kScalesInRing ? kStages : 0));
   uint64_t* empty = full + kStages;
-  int32_t* smem_ends = reinterpret_cast<int32_t*>(empty + kStages);
+  int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);  // (= empty + kStages)
   int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
   int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts + (Cfg::kTileLut ? sched::kTileLutInts : 0);
   int32_t* smem_tile_info = smem_tile_id + kStages;  // kTileInfoSlots: [kStages][4]
@@ -240,7 +243,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p) {
     }
     ptx::fence_barrier_init();
   }
-  if constexpr (kLive) Scheduler::stage(p.ends, p.num_experts, p.n, smem_ends, smem_tile_end);
+  if constexpr (kLive) {
+    if (!ends_staged) Scheduler::stage(p.ends, p.num_experts, p.n, smem_ends, smem_tile_end);
+    else if (threadIdx.x < 32) Scheduler::build(p.num_experts, p.n, smem_ends, smem_tile_end);  // (auto kernel)
+  }
   if constexpr (kCluster > 1) ptx::cluster_sync();  // the peer's barriers exist before anyone uses them
   else __syncthreads();
 
@@ -717,14 +723,27 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
 // (mid-size batches), 128 at decode sizes. Shared memory is sized for the larger of the two.
 __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2d_auto_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ int wide;
+  // Every warp loads ends[] (one round trip) and reaches the same choice itself, with no shared
+  // flag and CTA barrier before the body; warp 0 stores ends[] where the chosen body's scheduler
+  // keeps it, so the body does not load it again. At decode this start is on the pipeline's
+  // critical path (the auto kernel cost ~1.5 us per GEMM over a fixed-width one, perf notes v20).
+  const sched::EndsInWarp ends = sched::load_ends_warp(p.ends, p.num_experts);
+  const int wide_lane = sched::wide_tiles_warp(ends, p.num_experts);
+  const bool wide = __shfl_sync(0xFFFFFFFFu, wide_lane, 0) != 0;  // (warp-uniform for the compiler)
   if (threadIdx.x < 32) {
-    const bool w = sched::wide_tiles_warp(p.ends, p.num_experts);
-    if (threadIdx.x == 0) wide = w;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+    int32_t* ends_smem = reinterpret_cast<int32_t*>(
+        smem + (wide ? Sm90GemmConfig<192, 4>::kEndsOffset : Sm90GemmConfig<128, 6>::kEndsOffset));
+#pragma unroll
+    for (int i = 0; i < sched::EndsInWarp::kPerLane; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + 32 * i;
+      if (e < p.num_experts) ends_smem[e] = ends.end[i];
+    }
+    __syncwarp();
   }
-  __syncthreads();
-  if (wide) sm90_gemm_body<192, 4, 1, true, false>(p);
-  else sm90_gemm_body<128, 6, 1, true, false>(p);
+  if (wide) sm90_gemm_body<192, 4, 1, true, false>(p, true);
+  else sm90_gemm_body<128, 6, 1, true, false>(p, true);
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif

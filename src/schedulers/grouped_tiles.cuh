@@ -109,13 +109,34 @@ FP8MOE_HD int tile_aligned32(int32_t previous_end) {
 }
 
 #if defined(__CUDA_ARCH__)
-// wide_tiles() from ends[] in global memory, by one whole warp (every lane gets the answer).
-__device__ inline bool wide_tiles_warp(const int32_t* __restrict__ ends, int num_experts) {
+// ends[] in one warp's registers, lane l holding experts l, l + 32, ... (0 past the last expert):
+// every load is issued before any is used, one memory round trip for any E <= kMaxLiveExperts.
+struct EndsInWarp {
+  static constexpr int kPerLane = kMaxLiveExperts / 32;
+  int end[kPerLane];
+};
+__device__ inline EndsInWarp load_ends_warp(const int32_t* __restrict__ ends, int num_experts) {
+  const int lane = threadIdx.x % 32;
+  EndsInWarp r;
+#pragma unroll
+  for (int i = 0; i < EndsInWarp::kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    r.end[i] = e < num_experts ? __ldg(ends + e) : 0;
+  }
+  return r;
+}
+// wide_tiles() from ends[] in a warp's registers (every lane gets the answer).
+__device__ inline bool wide_tiles_warp(const EndsInWarp& w, int num_experts) {
   const int lane = threadIdx.x % 32;
   int m_tiles = 0, touched = 0;
-  for (int e = lane; e < num_experts; e += 32) {
-    const int start = e == 0 ? 0 : tile_aligned32(__ldg(ends + e - 1));
-    const int rows = __ldg(ends + e) - start;
+#pragma unroll
+  for (int i = 0; i < EndsInWarp::kPerLane; ++i) {
+    if (32 * i >= num_experts) break;
+    // The previous expert's end: the lane below, or lane 31 of the previous group.
+    int previous = __shfl_up_sync(0xFFFFFFFFu, w.end[i], 1);
+    const int wrapped = i > 0 ? __shfl_sync(0xFFFFFFFFu, w.end[i - 1], 31) : 0;  // (expert 0: none)
+    if (lane == 0) previous = wrapped;
+    const int rows = w.end[i] - tile_aligned32(previous);  // (<= 0 past the last expert)
     m_tiles += rows > 0 ? (rows + layout::kTileM - 1) / layout::kTileM : 0;
     touched += rows > 0;
   }
@@ -148,7 +169,11 @@ struct LiveTileScheduler {
                                int32_t* tile_end_smem) {
     for (int e = threadIdx.x; e < num_experts; e += blockDim.x) ends_smem[e] = __ldg(ends_global + e);
     __syncthreads();
-    if (threadIdx.x >= 32) return;
+    if (threadIdx.x < 32) build(num_experts, n, ends_smem, tile_end_smem);
+  }
+  // Warp 0 only: tile_end[] (and the lookup table) from ends[] already in shared memory (stage()'s
+  // second half; the auto-width GEMM kernel stages ends[] itself). No CTA barrier inside.
+  __device__ static void build(int num_experts, int n, const int32_t* ends_smem, int32_t* tile_end_smem) {
     const int lane = threadIdx.x;
     const int num_n = static_cast<int>(layout::ceil_div(n, kBlockN));
     int carry = 0;
