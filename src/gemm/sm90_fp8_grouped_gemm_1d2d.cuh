@@ -188,6 +188,8 @@ template <int kCluster>
 __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.x) / kCluster; }
 
 // The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
+// ends_staged: the caller's warp 0 has already stored ends[] at Cfg::kEndsOffset (the auto-width
+// kernel), so the live scheduler's tables are built from there without loading it again.
 template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM>
 __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool ends_staged = false) {
   using Cfg = Sm90GemmConfig<kBlockN, kStages>;
