@@ -446,8 +446,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if (published) {
           const int32_t* info = smem_tile_info + 4 * stage;
           t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
-          t.live_half[0] = t.m_row < t.row_end;
-          t.live_half[1] = t.m_row + Cfg::kBlockM / 2 < t.row_end;
+          t.set_live_halves();
           return t.expert >= 0;
         }
         published = dynamic;
@@ -460,8 +459,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #endif
       if constexpr (kPairM) {  // this CTA's 128 rows of the 256-row block
         t.m_row += rank * Cfg::kBlockM;
-        t.live_half[0] = t.m_row < t.row_end;
-        t.live_half[1] = t.m_row + Cfg::kBlockM / 2 < t.row_end;
+        t.set_live_halves();
       } else {
         t.n_col += rank * kBlockN;
       }

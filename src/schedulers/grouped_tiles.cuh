@@ -65,6 +65,11 @@ struct TileInfo {
   int32_t n_col = 0;    // first output column
   int32_t row_end = 0;  // rows >= row_end are not stored
   bool live_half[2] = {false, false};  // 64-row halves that carry live rows (get math)
+  // A live tile's halves from its rows (the live schedule: rows [m_row, row_end) are live).
+  FP8MOE_HD void set_live_halves() {
+    live_half[0] = m_row < row_end;
+    live_half[1] = m_row + layout::kTileM / 2 < row_end;
+  }
 };
 
 // Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised. In 32 bits
@@ -241,8 +246,7 @@ struct LiveTileScheduler {
     t.m_row = start + m * kBlockM;
     t.n_col = n * kBlockN;
     t.row_end = end;
-    t.live_half[0] = t.m_row < end;
-    t.live_half[1] = t.m_row + layout::kTileM / 2 < end;
+    t.set_live_halves();
     return true;
   }
 };
