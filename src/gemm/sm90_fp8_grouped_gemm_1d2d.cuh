@@ -152,12 +152,10 @@ struct Sm90GemmConfig {
   // global memory one k-block ahead (perf notes v19).
   static constexpr bool kScalesInRing = kBlockN == 128;
   static constexpr int kSfbBytes = kScalesInRing ? 4 : 0;
-  static constexpr int kStageBytes = kABytes + kBBytes + kSfaBytes;
   // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
   // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
   static constexpr bool kBulkStore = kBlockN == 192;
   static constexpr int kDBytes = 64 * (kBulkStore ? kBlockN : 64) * 2;
-  // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each, and (192
   // wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
@@ -166,13 +164,26 @@ struct Sm90GemmConfig {
   // then, 192 wide, that tile resolved (expert, first row, first column, row end: kStages x 4
   // ints), so that the math warpgroups do not run the scheduler's get() at each tile change.
   static constexpr bool kTileInfoSlots = kBlockN == 192;
-  // Where ends[] sits (after the ring, the staging tiles, the A and B scales and the barriers).
-  static constexpr int kEndsOffset = kStages * (kABytes + kBBytes) + 2 * kDBytes + kStages * kBlockM * 4 +
-                                     (kScalesInRing ? kStages * 4 : 0) + 2 * kStages * 8;
-  static constexpr int kSmemBytes = kStages * (kStageBytes + kSfbBytes) + 2 * kDBytes + 2 * kStages * 8 +
-                                    (2 * kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4 +
-                                    kStages * (kTileInfoSlots ? 5 : 1) * 4 + 1024;
+  // The shared-memory layout, in bytes from the 1024-aligned base (sm90_gemm_body's pointers; the
+  // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
+  // tiles, every stage's A scales (and kScalesInRing its B scale), the full and empty barriers,
+  // the live scheduler's ends[] and tile_end[] (and lookup table), the published tile ids and
+  // (kTileInfoSlots) resolved tiles.
+  static constexpr int kBOffset = kStages * kABytes;
+  static constexpr int kDOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kSfaOffset = kDOffset + 2 * kDBytes;
+  static constexpr int kSfbOffset = kSfaOffset + kStages * kSfaBytes;
+  static constexpr int kFullOffset = kSfbOffset + kStages * kSfbBytes;
+  static constexpr int kEmptyOffset = kFullOffset + kStages * 8;
+  static constexpr int kEndsOffset = kEmptyOffset + kStages * 8;
+  static constexpr int kTileEndOffset = kEndsOffset + kMaxExperts * 4;
+  static constexpr int kTileIdOffset = kTileEndOffset + (kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4;
+  static constexpr int kTileInfoOffset = kTileIdOffset + kStages * 4;
+  static constexpr int kLayoutBytes = kTileInfoOffset + (kTileInfoSlots ? kStages * 4 * 4 : 0);
+  // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
+  static constexpr int kSmemBytes = kLayoutBytes + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
+  static_assert(kBOffset % 1024 == 0 && kDOffset % 1024 == 0, "swizzled tiles start on 1024 bytes");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -208,17 +219,17 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   // Align through an offset from smem_raw (not an integer round trip) so the compiler still knows
   // these are shared-memory addresses and emits LDS, not generic loads.
   uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
-  uint8_t* smem_a = smem;
-  uint8_t* smem_b = smem_a + kStages * Cfg::kABytes;
-  uint8_t* smem_d = smem_b + kStages * Cfg::kBBytes;  // 2 x kDBytes, 1024-aligned
-  float* smem_sfa = reinterpret_cast<float*>(smem_d + 2 * Cfg::kDBytes);
-  float* smem_sfb = smem_sfa + kStages * Cfg::kBlockM;  // kScalesInRing: one per stage
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_sfb + (Cfg::kScalesInRing ? kStages : 0));
-  uint64_t* empty = full + kStages;
-  int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);  // (= empty + kStages)
-  int32_t* smem_tile_end = smem_ends + Cfg::kMaxExperts;
-  int32_t* smem_tile_id = smem_tile_end + Cfg::kMaxExperts + (Cfg::kTileLut ? sched::kTileLutInts : 0);
-  int32_t* smem_tile_info = smem_tile_id + kStages;  // kTileInfoSlots: [kStages][4]
+  uint8_t* smem_a = smem;  // (Cfg: the layout)
+  uint8_t* smem_b = smem + Cfg::kBOffset;
+  uint8_t* smem_d = smem + Cfg::kDOffset;  // 2 x kDBytes
+  float* smem_sfa = reinterpret_cast<float*>(smem + Cfg::kSfaOffset);
+  float* smem_sfb = reinterpret_cast<float*>(smem + Cfg::kSfbOffset);  // kScalesInRing: one per stage
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kFullOffset);
+  uint64_t* empty = reinterpret_cast<uint64_t*>(smem + Cfg::kEmptyOffset);
+  int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);
+  int32_t* smem_tile_end = reinterpret_cast<int32_t*>(smem + Cfg::kTileEndOffset);
+  int32_t* smem_tile_id = reinterpret_cast<int32_t*>(smem + Cfg::kTileIdOffset);
+  int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // kTileInfoSlots: [kStages][4]
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
