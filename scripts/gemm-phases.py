@@ -92,7 +92,7 @@ def phases(path, n=6):
 def producer(path):
     """TRACE=5: the producer's four stamps per tile (slots 80 + 4 * tile + i)."""
     for (case, gemm), ctas in read(path).items():
-        get, slot, issue, lead = [], [], [], []
+        get, slot, issue = [], [], []
         for stamps in ctas.values():
             for i in range(1, 12):
                 s = {j: stamps.get(PRODUCER_SLOT0 + 4 * i + j) for j in range(4)}
