@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's check (an H200 with CUDA, cmake and nvidia-smi; no GoogleTest, no network):
-# GPU summary, every test, compute-sanitizer memcheck, a SASS check for FP8 wgmma (QGMMA), the
-# benchmark. Keeps going after a failing step; exits non-zero if any step failed.
+# GPU summary, every test, compute-sanitizer memcheck and synccheck, a SASS check for FP8 wgmma
+# (QGMMA), the benchmark. Keeps going after a failing step; exits non-zero if any step failed.
 #
 #   BUILD_DIR=build-gpu OUT=./gpu-out scripts/gpu-check.sh
 #
@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-./gpu-out}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-}  # optional --gtest_filter for the memcheck run
+SYNCCHECK_FILTER=${SYNCCHECK_FILTER:-'Sm90*:Op*'}  # the tests synccheck runs (the GEMMs' barriers; ~20 s)
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
 # cuBLASLt (the FP8 ceiling) and CUPTI (fp8moe-bench's kernel timestamps) are loaded at run time;
@@ -97,6 +98,15 @@ memcheck() {
   return $rc
 }
 
+# Barrier use (mbarrier phases, named barriers, __syncwarp) in the GEMMs and the whole op.
+synccheck() {
+  compute-sanitizer --tool synccheck --error-exitcode 1 "$GPU_TESTS" --gtest_filter="$SYNCCHECK_FILTER" \
+    >"$OUT/synccheck.log" 2>&1
+  local rc=$?
+  grep -E 'ERROR SUMMARY|^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/synccheck.log" || tail -n 5 "$OUT/synccheck.log"
+  return $rc
+}
+
 # QGMMA is the SASS of FP8 wgmma: the SM90 GEMM must contain it. Counts per binary and per kernel.
 sass() {
   local binary dump rc=0
@@ -130,6 +140,7 @@ step "build or reuse $BUILD_DIR" build
 step "nvidia-smi" gpu_summary
 step "tests (cpu, gpu, c abi)" tests
 step "compute-sanitizer memcheck" memcheck
+step "compute-sanitizer synccheck" synccheck
 step "SASS (QGMMA count)" sass
 if [[ -x $GEMM_BENCH ]]; then
   step "fp8moe-gemm-bench" gemm_bench

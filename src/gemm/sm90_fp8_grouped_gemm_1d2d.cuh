@@ -152,6 +152,9 @@ struct Sm90GemmConfig {
   // global memory one k-block ahead (perf notes v19).
   static constexpr bool kScalesInRing = kBlockN == 128;
   static constexpr int kSfbBytes = kScalesInRing ? 4 : 0;
+  // Arrivals that complete a stage's `full` phase: the producer's (with the expected bytes) and,
+  // kScalesInRing, the B scale's cp.async.
+  static constexpr int kFullArrivals = kScalesInRing ? 2 : 1;
   // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
   // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
   static constexpr bool kBulkStore = kBlockN == 192;
@@ -251,7 +254,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     ptx::prefetch_tensormap(&p.map_sfa);
     if (Cfg::kBulkStore) ptx::prefetch_tensormap(&p.map_d);
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&full[s], Cfg::kFullArrivals);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
     }
     ptx::fence_barrier_init();
@@ -278,7 +281,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       // keep it in L2 ahead of them (ncu, GEMM1 4096/4096: DRAM reads 2.19 -> 1.56 GB).
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       // kScalesInRing: the element offset of the tile's B-scale row, and the copy of k-block kb's
-      // scale into stage s (before the stage's other arrivals: cp_async_mbar_arrive).
+      // scale into stage s (one of the stage's Cfg::kFullArrivals: cp_async_mbar_arrive).
       auto sb_row = [&](const sched::TileInfo& tile) {
         const int n128 = (tile.n_col + (kPairM ? 0 : static_cast<int>(rank) * kBlockN)) / 128;
         return (tile.expert * (p.n / 128) + n128) * kblocks(p);
@@ -357,7 +360,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             }
           }
           if (FP8MOE_GEMM_ABLATE == 3) {
-            ptx::mbar_arrive(&full[stage]);
+            for (int a = 0; a < Cfg::kFullArrivals; ++a) ptx::mbar_arrive(&full[stage]);
             if (++stage == kStages) {
               stage = 0;
               phase ^= 1u;
@@ -408,7 +411,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         smem_tile_id[stage] = id;
         if constexpr (Cfg::kTileInfoSlots) smem_tile_info[4 * stage] = -1;  // no expert: the end
-        ptx::mbar_arrive(&full[stage]);
+        for (int a = 0; a < Cfg::kFullArrivals; ++a) ptx::mbar_arrive(&full[stage]);
       }
     }
   } else {

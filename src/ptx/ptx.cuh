@@ -123,11 +123,12 @@ __device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* m
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
-// Adds one expected arrival to `bar`'s current phase and makes it when this thread's earlier
-// cp.async copies have landed (call it before the phase's other arrivals, so the phase cannot
-// complete first).
+// Arrives on `bar` once this thread's earlier cp.async copies have landed. The arrival is one of
+// the phase's expected arrivals (.noinc): the barrier's count includes it. (The form without
+// .noinc adds the arrival to the phase first; compute-sanitizer's synccheck does not follow that
+// and reported a missed wait on every such barrier: perf notes v21.)
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 // Stores a 2-D tile from shared memory through TMA (bulk group): the writers of that shared memory
 // order their writes before it with fence_proxy_async_smem() and a barrier; the issuing thread
