@@ -4,6 +4,7 @@
 #include "bench/bench_common.cuh"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "fp8moe_build_info.hpp"  // generated: FP8MOE_BUILD_COMMIT
 
@@ -116,6 +117,18 @@ __global__ void fill_random_bf16_kernel(uint16_t* p, size_t n, uint32_t seed, fl
     p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(lo + (hi - lo) * (hash32(i, seed) >> 8) * (1.0f / 16777216.0f)));
 }
 
+// The clean flush's read: plain L2-allocating loads (ld.global.cg), which displace the write
+// flush's dirty lines; read_kernel's non-coherent no-allocate loads left most of them in L2.
+__global__ void __launch_bounds__(512) clean_read_kernel(const uint4* __restrict__ src, size_t n, uint4* sink) {
+  uint32_t x = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(src + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9E3779B9u) sink[0] = make_uint4(x, x, x, x);
+}
+
 __global__ void fill_bytes(uint8_t* p, size_t n, uint8_t v) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -145,27 +158,48 @@ void fill_random_bf16(uint16_t* p, size_t n, uint32_t seed, float lo, float hi, 
   BENCH_CUDA(cudaGetLastError());
 }
 
-L2Flush::L2Flush() {
+const char* flush_mode_name(FlushMode mode) { return mode == FlushMode::kClean ? "clean" : "write"; }
+bool parse_flush_mode(const char* name, FlushMode* mode) {
+  if (!std::strcmp(name, "write")) *mode = FlushMode::kWrite;
+  else if (!std::strcmp(name, "clean")) *mode = FlushMode::kClean;
+  else return false;
+  return true;
+}
+
+L2Flush::L2Flush(FlushMode mode) : mode_(mode) {
   int dev = 0, l2 = 0;
   BENCH_CUDA(cudaGetDevice(&dev));
   BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   bytes_ = std::max<size_t>(size_t(4) * l2, size_t(256) << 20);
   BENCH_CUDA(cudaMalloc(&buf_, bytes_));
+  if (mode_ == FlushMode::kClean) {
+    BENCH_CUDA(cudaMalloc(&clean_, bytes_));
+    fill_random_fp8(static_cast<uint8_t*>(clean_), bytes_, 99u);
+  }
 }
-L2Flush::~L2Flush() { cudaFree(buf_); }
+L2Flush::~L2Flush() {
+  cudaFree(buf_);
+  if (clean_) cudaFree(clean_);
+}
 void L2Flush::run(cudaStream_t stream) {
   static uint8_t v = 0;
   fill_bytes<<<sm_count() * 4, 512, 0, stream>>>(static_cast<uint8_t*>(buf_), bytes_, ++v);
   BENCH_CUDA(cudaGetLastError());
+  if (mode_ == FlushMode::kClean) {
+    // (the sink store never happens: it writes only for an impossible value)
+    clean_read_kernel<<<sm_count() * 4, 512, 0, stream>>>(static_cast<const uint4*>(clean_), bytes_ / sizeof(uint4),
+                                                          static_cast<uint4*>(buf_));
+    BENCH_CUDA(cudaGetLastError());
+  }
 }
 
-double measure_read_tbps(size_t bytes, int reps) {
+double measure_read_tbps(size_t bytes, int reps, FlushMode flush_mode) {
   uint4* buf = nullptr;
   uint4* sink = nullptr;
   BENCH_CUDA(cudaMalloc(&buf, bytes));
   BENCH_CUDA(cudaMalloc(&sink, sizeof(uint4)));
   fill_random_fp8(reinterpret_cast<uint8_t*>(buf), bytes, 1234u);
-  L2Flush flush;
+  L2Flush flush(flush_mode);
   cudaEvent_t start, stop;
   BENCH_CUDA(cudaEventCreate(&start));
   BENCH_CUDA(cudaEventCreate(&stop));

@@ -50,15 +50,31 @@ inline Stats stats_of(std::vector<double> v) {
   return s;
 }
 
-// Evicts the L2 (60 MB on H200) by writing a buffer several times its size.
+// How an L2 flush leaves the cache.
+//   kWrite (the default, SPEC section 7 as measured so far): L2 ends full of the flush buffer's
+//     dirty lines, so the first ~50 MB the measured kernels move also pay for their write-back
+//     (~8.5 us of HBM time on the H200: perf notes v21).
+//   kClean: the same write, then a read of a clean buffer of the same size, so the write-back
+//     happens inside the flush and the measured kernels start on a clean L2 holding nothing of
+//     theirs. An analysis mode, reported beside the default, not instead of it.
+enum class FlushMode { kWrite, kClean };
+const char* flush_mode_name(FlushMode mode);
+// "write" / "clean" -> mode; false for anything else.
+bool parse_flush_mode(const char* name, FlushMode* mode);
+
+// Evicts the L2 (60 MB on H200) by writing a buffer several times its size (kClean: and reading
+// another as large).
 class L2Flush {
  public:
-  L2Flush();
+  explicit L2Flush(FlushMode mode = FlushMode::kWrite);
   ~L2Flush();
   void run(cudaStream_t stream);
+  FlushMode mode() const { return mode_; }
 
  private:
+  FlushMode mode_;
   void* buf_ = nullptr;
+  void* clean_ = nullptr;  // kClean: written once here, only read after
   size_t bytes_ = 0;
 };
 
@@ -67,7 +83,7 @@ class L2Flush {
 const char* build_commit();
 
 // HBM read ceiling: TB/s of a streaming read of `bytes` (median of `reps` cold runs).
-double measure_read_tbps(size_t bytes = size_t(2) << 30, int reps = 20);
+double measure_read_tbps(size_t bytes = size_t(2) << 30, int reps = 20, FlushMode flush = FlushMode::kWrite);
 // Dense FP8 E4M3 GEMM rate (TFLOP/s) of cuBLASLt at m = n = k = `size`, BF16 out, random data.
 // Returns 0 (and says why on stderr) if cuBLASLt has no FP8 algorithm here.
 double measure_fp8_gemm_tflops(int size = 8192, int reps = 20);

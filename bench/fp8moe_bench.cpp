@@ -89,6 +89,7 @@ struct Options {
   bool samples_given = false, quick = false, check = false, cupti = true, act_only = false;
   uint64_t seed = 1;
   std::string json;  // empty: no JSON
+  fp8moe::bench::FlushMode flush = fp8moe::bench::FlushMode::kWrite;  // --flush
 };
 
 const char* scale_format_name(fp8moe::ScaleFormat f) {
@@ -122,6 +123,9 @@ void usage(FILE* to) {
                "  --act-only             activation+quant kernel alone, live vs padded, on ten fully occupied\n"
                "                         shapes (live must not regress the dense case); CUDA events\n"
                "  --seed S               seed of the random inputs (default 1)\n"
+               "  --flush M              write (default): the L2 flush before each sample writes a buffer, so\n"
+               "                         the sample also pays for its write-back; clean: it also reads a clean\n"
+               "                         buffer after, so samples start on a clean L2 (analysis; ceilings too)\n"
                "  --json PATH            also write the results as JSON to PATH\n"
                "  --help                 this text\n"
                "\n"
@@ -150,7 +154,7 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
     };
     const bool takes_value = arg == "--preset" || arg == "--capacity" || arg == "--tokens" || arg == "--schedule" ||
                              arg == "--scale-format" || arg == "--activation" || arg == "--samples" ||
-                             arg == "--seed" || arg == "--json";
+                             arg == "--seed" || arg == "--json" || arg == "--flush";
     if (takes_value && value == nullptr) return bad("missing value");
     if (arg == "--help" || arg == "-h") {
       *help = true;
@@ -198,6 +202,9 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
       ++i;
     } else if (arg == "--json") {
       o->json = value;
+      ++i;
+    } else if (arg == "--flush") {
+      if (!fp8moe::bench::parse_flush_mode(value, &o->flush)) return bad("expected write or clean");
       ++i;
     } else if (arg == "--sweep") {
       o->sweep = true;
@@ -869,11 +876,11 @@ bool write_json(const Options& opt, const std::string& path, const std::string& 
                "  \"settings\": {\"preset\": \"%s\", \"experts\": %d, \"hidden\": %lld, \"intermediate\": %lld, "
                "\"top_k\": %d, \"schedule\": \"%s\", \"scale_format\": \"%s\", \"activation\": \"%s\", "
                "\"samples_per_arm\": %d, \"quick\": %s, \"timer\": \"%s\", \"warmup_replays\": %d, \"seed\": %llu, "
-               "\"cupti_warning\": %s},\n",
+               "\"l2_flush\": \"%s\", \"cupti_warning\": %s},\n",
                p.name, p.experts, static_cast<long long>(p.hidden), static_cast<long long>(p.inter), p.top_k,
                opt.schedule.c_str(), scale_format_name(opt.scale_format), activation_name(opt.activation), opt.samples,
                opt.quick ? "true" : "false", opt.cupti ? "cupti-kernel-span" : "cuda-events", kWarmupReplays,
-               static_cast<unsigned long long>(opt.seed),
+               static_cast<unsigned long long>(opt.seed), fp8moe::bench::flush_mode_name(opt.flush),
                cupti_warning.empty() ? "null" : ("\"" + json_escape(cupti_warning) + "\"").c_str());
   std::fprintf(f, "  \"cases\": [");
   for (size_t i = 0; i < results.size(); ++i) {
@@ -927,7 +934,7 @@ int run_gpu(const Options& opt, const std::string& command) {
   }
 
   std::fprintf(stderr, "measuring ceilings (HBM read, cuBLASLt FP8 8192^3)...\n");
-  const double read_tbps = fp8moe::bench::measure_read_tbps();
+  const double read_tbps = fp8moe::bench::measure_read_tbps(size_t(2) << 30, 20, opt.flush);
   const double fp8_tflops = fp8moe::bench::measure_fp8_gemm_tflops();
   if (fp8_tflops <= 0)
     std::fprintf(stderr, "fp8moe-bench: warning: no FP8 ceiling; floors use the read ceiling only\n");
@@ -949,7 +956,7 @@ int run_gpu(const Options& opt, const std::string& command) {
   std::fprintf(stderr, "  %.2f GB of FP8 weights generated and uploaded in %.1f s\n", weight_gb, seconds_since(start));
 
   BENCH_CUDA(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
-  fp8moe::bench::L2Flush flush;
+  fp8moe::bench::L2Flush flush(opt.flush);
   dev.flush = &flush;
   int cuda_device = 0;
   BENCH_CUDA(cudaGetDevice(&cuda_device));
@@ -965,11 +972,12 @@ int run_gpu(const Options& opt, const std::string& command) {
 
   std::printf("fp8moe-bench on %s (sm_%d%d): HBM read ceiling %.2f TB/s, cuBLASLt FP8 8192^3 %.0f TFLOP/s\n", prop.name,
               prop.major, prop.minor, read_tbps, fp8_tflops);
-  std::printf("preset %s (E=%d H=%lld I=%lld k=%d), %s scales, %s, %d samples per arm (%s), cold L2, one CUDA graph "
-              "per arm\n",
+  std::printf("preset %s (E=%d H=%lld I=%lld k=%d), %s scales, %s, %d samples per arm (%s), cold L2 (%s flush), one "
+              "CUDA graph per arm\n",
               p.name, p.experts, static_cast<long long>(p.hidden), static_cast<long long>(p.inter), p.top_k,
               scale_format_name(opt.scale_format), activation_name(opt.activation), opt.samples,
-              opt.cupti ? "CUPTI kernel span per replay" : "CUDA events per replay");
+              opt.cupti ? "CUPTI kernel span per replay" : "CUDA events per replay",
+              fp8moe::bench::flush_mode_name(opt.flush));
   std::fflush(stdout);
 
   std::vector<CaseResult> results;

@@ -6,10 +6,11 @@
 // DeepGEMM's profiler-based bench); the kernel times are absent if CUPTI is unavailable.
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
-//                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH]
+//                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH] [--flush write|clean]
 // --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
 // of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
-// live run's per-CTA timeline to PATH as lines "case gemm cta slot ns".
+// live run's per-CTA timeline to PATH as lines "case gemm cta slot ns". --flush clean: samples
+// start on a clean L2 (bench_common.cuh: FlushMode; analysis, the default is the write flush).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   struct Case { int capacity, tokens; };
   std::vector<Case> cases;
   std::string json_path, trace_path, preset_name = "deepseek-v3-ep8";
+  bench::FlushMode flush_mode = bench::FlushMode::kWrite;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
     else if (a == "--gemm" && i + 1 < argc) only_gemm = std::atoi(argv[++i]);
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--trace" && i + 1 < argc) trace_path = argv[++i];
+    else if (a == "--flush" && i + 1 < argc && bench::parse_flush_mode(argv[i + 1], &flush_mode)) ++i;
     else if (a == "--schedule" && i + 1 < argc &&
              (!std::strcmp(argv[i + 1], "both") || !std::strcmp(argv[i + 1], "live") ||
               !std::strcmp(argv[i + 1], "padded"))) {
@@ -76,7 +79,7 @@ int main(int argc, char** argv) {
     else {
       std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
                   "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--schedule both|live|padded]\n"
-                  "          [--no-ceilings] [--trace PATH]\n",
+                  "          [--no-ceilings] [--trace PATH] [--flush write|clean]\n",
                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -105,10 +108,10 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "measuring ceilings...\n");
   // Without measured ceilings (profiling runs) the SPEC section 8 figures stand in.
-  const double read_tbps = ceilings ? bench::measure_read_tbps() : 4.47;
+  const double read_tbps = ceilings ? bench::measure_read_tbps(size_t(2) << 30, 20, flush_mode) : 4.47;
   const double fp8_tflops = ceilings ? bench::measure_fp8_gemm_tflops() : 1359;
-  std::printf("GPU %s: HBM read ceiling %.2f TB/s, cuBLASLt FP8 8192^3 %.0f TFLOP/s\n", prop.name, read_tbps,
-              fp8_tflops);
+  std::printf("GPU %s: HBM read ceiling %.2f TB/s, cuBLASLt FP8 8192^3 %.0f TFLOP/s (%s L2 flush)\n", prop.name,
+              read_tbps, fp8_tflops, bench::flush_mode_name(flush_mode));
 
   const int E = pre->experts, H = pre->hidden, I = pre->inter, K = pre->topk;
   if (cases.empty()) cases = {{512, 16}, {512, 512}, {4096, 4096}, {4096, 256}, {512, 1}};
@@ -125,7 +128,7 @@ int main(int argc, char** argv) {
   bench::fill_random_f32(w13s, size_t(E) * (2 * I / 128) * (H / 128), 3, 1e-3f, 1e-2f);
   bench::fill_random_f32(w2s, size_t(E) * (H / 128) * (I / 128), 4, 1e-3f, 1e-2f);
 
-  bench::L2Flush flush;
+  bench::L2Flush flush(flush_mode);
   bench::GpuTelemetry telemetry(dev);
   std::string cupti_error;
   bool cupti = bench::cupti::start(&cupti_error);
@@ -163,9 +166,10 @@ int main(int argc, char** argv) {
   FILE* js = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   if (js)
     std::fprintf(js,
-                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", "
+                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", \"l2_flush\": \"%s\", "
                  "\"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, \"cases\": [",
-                 prop.name, bench::build_commit(), pre->name, read_tbps, fp8_tflops);
+                 prop.name, bench::build_commit(), pre->name, bench::flush_mode_name(flush_mode), read_tbps,
+                 fp8_tflops);
 
   std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s %10s %8s\n", "case", "gemm", "arm",
               "median_us", "p10_us", "p90_us", "TFLOP/s", "wTB/s", "floor_us", "t/floor", "speedup", "SM_MHz", "W",

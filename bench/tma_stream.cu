@@ -10,7 +10,10 @@
 // k-blocks, the layout the GEMM's wgmma reads. `--a` adds the GEMM's A box per k-block (16 rows
 // of a small L2-resident matrix, as a decode tile with <= 16 live rows loads).
 //
-//   fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N]
+//   fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N] [--flush write|clean]
+//
+// Times are CUDA events around one launch (the first line gives what they add to an empty kernel
+// of the same grid); every run follows an L2 flush (--flush: bench_common.cuh's FlushMode).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -93,6 +96,8 @@ __global__ void __launch_bounds__(64, 1) tma_stream_kernel(const __grid_constant
 #endif
 }
 
+__global__ void empty_kernel() {}
+
 struct Shape {
   const char* name;
   int experts, n, k;
@@ -118,11 +123,13 @@ int main(int argc, char** argv) {
   using namespace fp8moe;
   std::string which = "all";
   int reps = 20;
+  bench::FlushMode flush_mode = bench::FlushMode::kWrite;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc && bench::parse_flush_mode(argv[i + 1], &flush_mode)) ++i;
     else {
-      std::fprintf(stderr, "usage: fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N]\n");
+      std::fprintf(stderr, "usage: fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N] [--flush write|clean]\n");
       return 2;
     }
   }
@@ -133,8 +140,9 @@ int main(int argc, char** argv) {
   }
   int sms = 0;
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double ceiling = bench::measure_read_tbps();
-  std::printf("commit %s, %d SMs, HBM read ceiling %.3f TB/s\n", bench::build_commit(), sms, ceiling);
+  const double ceiling = bench::measure_read_tbps(size_t(2) << 30, 20, flush_mode);
+  std::printf("commit %s, %d SMs, HBM read ceiling %.3f TB/s, %s L2 flush\n", bench::build_commit(), sms, ceiling,
+              bench::flush_mode_name(flush_mode));
 
   const CUtensorMapL2promotion p256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   const std::vector<Variant> variants = {
@@ -145,7 +153,7 @@ int main(int argc, char** argv) {
       {128, 1, 10, p256, true},  {128, 2, 5, p256, true},   {64, 1, 12, p256, false},
       {256, 1, 6, p256, false}};
   BENCH_CUDA(cudaFuncSetAttribute(tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-  bench::L2Flush flush;
+  bench::L2Flush flush(flush_mode);
   int* sink = nullptr;
   BENCH_CUDA(cudaMalloc(&sink, sizeof(int) * sms));
   uint8_t* a = nullptr;
@@ -156,6 +164,24 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaEventCreate(&t0));
   BENCH_CUDA(cudaEventCreate(&t1));
 
+  // Median microseconds of `reps` cold launches (after two warm-up ones), CUDA events around each.
+  auto time_cold = [&](auto launch) {
+    std::vector<double> us;
+    for (int r = -2; r < reps; ++r) {
+      flush.run(nullptr);
+      BENCH_CUDA(cudaEventRecord(t0));
+      launch();
+      BENCH_CUDA(cudaEventRecord(t1));
+      BENCH_CUDA(cudaEventSynchronize(t1));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+      if (r >= 0) us.push_back(ms * 1e3);
+    }
+    return bench::stats_of(us);
+  };
+  // What the event timing adds to any kernel (launch and drain), for reading the short shapes.
+  std::printf("events around an empty kernel of the same grid: %.1f us\n",
+              time_cold([&] { empty_kernel<<<sms, 64>>>(); }).median);
   for (const Shape& s : kShapes) {
     if (which != "all" && which != s.name) continue;
     const size_t bytes = static_cast<size_t>(s.experts) * s.n * s.k;
@@ -194,18 +220,7 @@ int main(int argc, char** argv) {
       p.stage_bytes = stage_bytes_aligned;
       p.b_bytes = b_bytes;
       p.with_a = v.with_a;
-      std::vector<double> us;
-      for (int r = -2; r < reps; ++r) {
-        flush.run(nullptr);
-        BENCH_CUDA(cudaEventRecord(t0));
-        tma_stream_kernel<<<sms, 64, smem>>>(map_b, map_a, p, sink);
-        BENCH_CUDA(cudaEventRecord(t1));
-        BENCH_CUDA(cudaEventSynchronize(t1));
-        float ms = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-        if (r >= 0) us.push_back(ms * 1e3);
-      }
-      const bench::Stats st = bench::stats_of(us);
+      const bench::Stats st = time_cold([&] { tma_stream_kernel<<<sms, 64, smem>>>(map_b, map_a, p, sink); });
       const double tbps = bytes / (st.median * 1e-6) / 1e12;
       std::printf("%5d %5d %6d %5s %3s %8.1f %8.3f %7.1f%%\n", v.bn, v.depth, v.stages, promo_name(v.promo),
                   v.with_a ? "yes" : "no", st.median, tbps, 100.0 * tbps / ceiling);
