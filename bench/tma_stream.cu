@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(64, 1) tma_stream_kernel(const __grid_constant
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace fp8moe;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.stages * p.stage_bytes);
   uint64_t* empty = full + kMaxStages;
   if (threadIdx.x == 0) {

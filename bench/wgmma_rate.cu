@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(384, 1)
   using Mma = ptx::WgmmaE4M3<kSplitLoop ? kN / 2 : kN>;
   constexpr int kA = 128 * kBlockK, kB = kN * kBlockK;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
   // Small random-looking E4M3 codes (no NaN: 0x7F/0xFF never appear), identical in every run;
   // or all zeros (--zeros: the same instructions on data that toggles nothing).
   for (int i = threadIdx.x; i < 2 * (kA + kB); i += blockDim.x) {

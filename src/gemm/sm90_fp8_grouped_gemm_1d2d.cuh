@@ -221,7 +221,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   extern __shared__ uint8_t smem_raw[];
   // Align through an offset from smem_raw (not an integer round trip) so the compiler still knows
   // these are shared-memory addresses and emits LDS, not generic loads.
-  uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+  uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
   uint8_t* smem_a = smem;  // (Cfg: the layout)
   uint8_t* smem_b = smem + Cfg::kBOffset;
   uint8_t* smem_d = smem + Cfg::kDOffset;  // 2 x kDBytes
@@ -746,7 +746,7 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
   const bool wide = __shfl_sync(0xFFFFFFFFu, wide_lane, 0) != 0;  // (warp-uniform for the compiler)
   if (threadIdx.x < 32) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u);
+    uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
     int32_t* ends_smem = reinterpret_cast<int32_t*>(
         smem + (wide ? Sm90GemmConfig<192, 4>::kEndsOffset : Sm90GemmConfig<128, 6>::kEndsOffset));
 #pragma unroll

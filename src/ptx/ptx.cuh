@@ -11,6 +11,10 @@ namespace fp8moe::ptx {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// Bytes from `p` (dynamic shared memory) to the next 1024-byte boundary, which 128-byte-swizzled
+// tiles start on. Callers add it to their `extern __shared__` array itself (`smem_raw + ...`) so
+// the compiler still knows the result is a shared-memory address and emits LDS/STS.
+__device__ __forceinline__ uint32_t smem_align_1024_offset(const void* p) { return (1024u - (smem_addr(p) & 1023u)) & 1023u; }
 
 // Nanoseconds of the GPU's global timer (for timelines in investigation builds).
 __device__ __forceinline__ uint64_t globaltimer() {
