@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -81,15 +82,13 @@ template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = fals
 using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>,
                                 Sm90GemmConfig<kBlockN, kStages>::kSmemBytes, kBlockN, kStages, kCluster, kPairM>;
 
-constexpr int kAutoSmemBytes = Sm90GemmConfig<128, 6>::kSmemBytes > Sm90GemmConfig<192, 4>::kSmemBytes
-                                   ? Sm90GemmConfig<128, 6>::kSmemBytes
-                                   : Sm90GemmConfig<192, 4>::kSmemBytes;
+constexpr int kAutoSmemBytes =
+    std::max(Sm90GemmConfig<128, sm90_stages_for(128)>::kSmemBytes, Sm90GemmConfig<192, sm90_stages_for(192)>::kSmemBytes);
 using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
 
-// Tile widths: 128 (6 stages) or 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes;
-// +16-23% on prefill-sized GEMMs on the H200, docs/perf-notes.md). The 192-wide ring has 4 stages:
-// the fifth's room holds each math warpgroup's whole output tile for its TMA-store epilogue
-// (pipeline 4096/4096 and 512/512 -2..-3%, 4096/256 +1%: perf notes v18). The live schedule:
+// Tile widths: 128 or 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes; +16-23% on
+// prefill-sized GEMMs on the H200, docs/perf-notes.md), with sm90_stages_for() stages (the 192-wide
+// ring's 4: pipeline 4096/4096 and 512/512 -2..-3%, 4096/256 +1%: perf notes v18). The live schedule:
 //   - 192 from the host when a full capacity gives an expert more than 1.5 M-tiles on average
 //     (more than 192 rows: prefill capacities, compute tiles);
 //   - below that the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
@@ -101,7 +100,6 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 // element with the same operations in the same order (same k32 wgmma chain per 128-K block, same
 // scale products), so the two schedules stay bit-identical; the GEMM tests check it with mixed
 // widths. FP8MOE_GEMM_BLOCK_N=128|192 overrides the live schedule's choice.
-constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 4; }
 
 // 2-CTA clusters are opt-in (FP8MOE_GEMM_CLUSTER, or GroupedGemmArgs::cluster): sharing A between
 // N-neighbours measured +3-5% at 4096/4096 but mixed elsewhere, and sharing B between M-neighbours
@@ -152,12 +150,12 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const int block_n = block_n_for(a);
   if (block_n == 0) return f(AutoLauncher{});  // live, single CTAs
   if (block_n == 192) {  // live only
-    constexpr int kN = 192, kS = stages_for(192);
+    constexpr int kN = 192, kS = sm90_stages_for(192);
     if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
     const bool pair = cluster == GemmCluster::kPairN && (a.n + kN - 1) / kN % 2 == 0;
     return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});
   }
-  constexpr int kN = 128, kS = stages_for(128);
+  constexpr int kN = 128, kS = sm90_stages_for(128);
   if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
   const bool pair = cluster == GemmCluster::kPairN && a.n % (2 * kN) == 0;
   if (live) return pair ? f(Launcher<kN, kS, 2, true>{}) : f(Launcher<kN, kS, 1, true>{});

@@ -137,6 +137,11 @@ __device__ __forceinline__ void trace_data(int& n) {
 }
 #endif
 
+// Ring stages per tile width: 6 at 128 columns; 4 at 192, where the fifth stage's room holds each
+// math warpgroup's whole output tile for the TMA-store epilogue (perf notes v18). Every launch of
+// a body takes its stage count from here (the host's dispatch, the auto-width kernel).
+__host__ __device__ constexpr int sm90_stages_for(int block_n) { return block_n == 128 ? 6 : 4; }
+
 template <int kBlockN, int kStages>
 struct Sm90GemmConfig {
   static constexpr int kBlockM = 128;
@@ -748,7 +753,8 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
     int32_t* ends_smem = reinterpret_cast<int32_t*>(
-        smem + (wide ? Sm90GemmConfig<192, 4>::kEndsOffset : Sm90GemmConfig<128, 6>::kEndsOffset));
+        smem + (wide ? Sm90GemmConfig<192, sm90_stages_for(192)>::kEndsOffset
+                     : Sm90GemmConfig<128, sm90_stages_for(128)>::kEndsOffset));
 #pragma unroll
     for (int i = 0; i < sched::EndsInWarp::kPerLane; ++i) {
       const int e = static_cast<int>(threadIdx.x) + 32 * i;
@@ -756,8 +762,8 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
     }
     __syncwarp();
   }
-  if (wide) sm90_gemm_body<192, 4, 1, true, false>(p, true);
-  else sm90_gemm_body<128, 6, 1, true, false>(p, true);
+  if (wide) sm90_gemm_body<192, sm90_stages_for(192), 1, true, false>(p, true);
+  else sm90_gemm_body<128, sm90_stages_for(128), 1, true, false>(p, true);
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif
