@@ -193,7 +193,7 @@ void L2Flush::run(cudaStream_t stream) {
   }
 }
 
-double measure_read_tbps(size_t bytes, int reps, FlushMode flush_mode) {
+double measure_read_tbps(FlushMode flush_mode, size_t bytes, int reps) {
   uint4* buf = nullptr;
   uint4* sink = nullptr;
   BENCH_CUDA(cudaMalloc(&buf, bytes));

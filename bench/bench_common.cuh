@@ -82,8 +82,9 @@ class L2Flush {
 // build time, "-dirty" if tracked files had uncommitted changes, or "unknown".
 const char* build_commit();
 
-// HBM read ceiling: TB/s of a streaming read of `bytes` (median of `reps` cold runs).
-double measure_read_tbps(size_t bytes = size_t(2) << 30, int reps = 20, FlushMode flush = FlushMode::kWrite);
+// HBM read ceiling: TB/s of a streaming read of `bytes` (median of `reps` runs, each after an L2
+// flush of the given mode).
+double measure_read_tbps(FlushMode flush = FlushMode::kWrite, size_t bytes = size_t(2) << 30, int reps = 20);
 // Dense FP8 E4M3 GEMM rate (TFLOP/s) of cuBLASLt at m = n = k = `size`, BF16 out, random data.
 // Returns 0 (and says why on stderr) if cuBLASLt has no FP8 algorithm here.
 double measure_fp8_gemm_tflops(int size = 8192, int reps = 20);

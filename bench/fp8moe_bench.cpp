@@ -934,7 +934,7 @@ int run_gpu(const Options& opt, const std::string& command) {
   }
 
   std::fprintf(stderr, "measuring ceilings (HBM read, cuBLASLt FP8 8192^3)...\n");
-  const double read_tbps = fp8moe::bench::measure_read_tbps(size_t(2) << 30, 20, opt.flush);
+  const double read_tbps = fp8moe::bench::measure_read_tbps(opt.flush);
   const double fp8_tflops = fp8moe::bench::measure_fp8_gemm_tflops();
   if (fp8_tflops <= 0)
     std::fprintf(stderr, "fp8moe-bench: warning: no FP8 ceiling; floors use the read ceiling only\n");

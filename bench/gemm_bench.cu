@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "measuring ceilings...\n");
   // Without measured ceilings (profiling runs) the SPEC section 8 figures stand in.
-  const double read_tbps = ceilings ? bench::measure_read_tbps(size_t(2) << 30, 20, flush_mode) : 4.47;
+  const double read_tbps = ceilings ? bench::measure_read_tbps(flush_mode) : 4.47;
   const double fp8_tflops = ceilings ? bench::measure_fp8_gemm_tflops() : 1359;
   std::printf("GPU %s: HBM read ceiling %.2f TB/s, cuBLASLt FP8 8192^3 %.0f TFLOP/s (%s L2 flush)\n", prop.name,
               read_tbps, fp8_tflops, bench::flush_mode_name(flush_mode));

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   }
   int sms = 0;
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double ceiling = bench::measure_read_tbps(size_t(2) << 30, 20, flush_mode);
+  const double ceiling = bench::measure_read_tbps(flush_mode);
   std::printf("commit %s, %d SMs, HBM read ceiling %.3f TB/s, %s L2 flush\n", bench::build_commit(), sms, ceiling,
               bench::flush_mode_name(flush_mode));
 
