@@ -90,22 +90,18 @@ tests() {
   return $rc
 }
 
-memcheck() {
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$GPU_TESTS" ${MEMCHECK_FILTER:+--gtest_filter="$MEMCHECK_FILTER"} \
-    >"$OUT/memcheck.log" 2>&1
+# compute-sanitizer TOOL over the GPU tests (FILTER: a --gtest_filter, empty for all), log in OUT/TOOL.log.
+sanitize() {
+  local tool=$1 filter=$2
+  compute-sanitizer --tool "$tool" --error-exitcode 1 "$GPU_TESTS" ${filter:+--gtest_filter="$filter"} \
+    >"$OUT/$tool.log" 2>&1
   local rc=$?
-  grep -E 'ERROR SUMMARY|^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/memcheck.log" || tail -n 5 "$OUT/memcheck.log"
+  grep -E 'ERROR SUMMARY|^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/$tool.log" || tail -n 5 "$OUT/$tool.log"
   return $rc
 }
-
+memcheck() { sanitize memcheck "$MEMCHECK_FILTER"; }
 # Barrier use (mbarrier phases, named barriers, __syncwarp) in the GEMMs and the whole op.
-synccheck() {
-  compute-sanitizer --tool synccheck --error-exitcode 1 "$GPU_TESTS" --gtest_filter="$SYNCCHECK_FILTER" \
-    >"$OUT/synccheck.log" 2>&1
-  local rc=$?
-  grep -E 'ERROR SUMMARY|^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/synccheck.log" || tail -n 5 "$OUT/synccheck.log"
-  return $rc
-}
+synccheck() { sanitize synccheck "$SYNCCHECK_FILTER"; }
 
 # QGMMA is the SASS of FP8 wgmma: the SM90 GEMM must contain it. Counts per binary and per kernel.
 sass() {
