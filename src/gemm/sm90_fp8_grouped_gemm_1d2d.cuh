@@ -365,7 +365,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             }
           }
           if (FP8MOE_GEMM_ABLATE == 3) {
-            for (int a = 0; a < Cfg::kFullArrivals; ++a) ptx::mbar_arrive(&full[stage]);
+            ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
             if (++stage == kStages) {
               stage = 0;
               phase ^= 1u;
@@ -416,7 +416,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         smem_tile_id[stage] = id;
         if constexpr (Cfg::kTileInfoSlots) smem_tile_info[4 * stage] = -1;  // no expert: the end
-        for (int a = 0; a < Cfg::kFullArrivals; ++a) ptx::mbar_arrive(&full[stage]);
+        ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
     }
   } else {
