@@ -83,7 +83,8 @@ using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStag
                                 Sm90GemmConfig<kBlockN, kStages>::kSmemBytes, kBlockN, kStages, kCluster, kPairM>;
 
 constexpr int kAutoSmemBytes =
-    std::max(Sm90GemmConfig<128, sm90_stages_for(128)>::kSmemBytes, Sm90GemmConfig<192, sm90_stages_for(192)>::kSmemBytes);
+    std::max(Sm90GemmConfig<128, sm90_stages_for(128)>::kSmemBytes,
+             Sm90GemmConfig<192, sm90_stages_for(192), true>::kSmemBytes);  // (its 192-wide body: tall tiles)
 using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
 
 // Tile widths: 128 or 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes; +16-23% on
@@ -95,7 +96,9 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 //     sched::wide_tiles; block_n_for() returns 0): 192 when the touched experts average more than
 //     one M-tile (512/512: -5% end to end), 128 at decode sizes (weight streaming, where 192's
 //     partial last N tile and coarser waves cost 3-4%; perf notes v14-v15). 2-CTA clusters take
-//     128 there.
+//     128 there. Its 192-wide body computes experts of 129..192 rows in tall tiles (all their
+//     rows x 128 columns: 512/512 GEMMs -8..9%); the fixed 192-wide kernel has none (with them,
+//     prefill GEMMs measured 4-14% slower, perf notes v22).
 // The padded baseline stays at 128 (today's engines' tile). Both widths compute every output
 // element with the same operations in the same order (same k32 wgmma chain per 128-K block, same
 // scale products), so the two schedules stay bit-identical; the GEMM tests check it with mixed

@@ -19,9 +19,14 @@
 //     otherwise each 64-column half is copied out with coalesced 16-byte stores by the warpgroup's
 //     threads. A warpgroup with no live row stores nothing, and live tiles store only their live
 //     rows (padded tiles store all 128).
+//   Tall tiles (the auto-width kernel's 192-wide body, sched::tall_expert): all rows of an expert
+//   with 129..192 x 128 columns in one tile, so that the few rows past 128 do not stream the
+//   expert's weights a second time. Warpgroup w computes its 64 rows x 128 columns and rows 128.. x columns
+//   [64w, 64w + 64); the stage holds A's rows 128.. where a 128 x 192 tile's last 64 B rows go.
 //
 // Launches: every variant is sm90_gemm_body<...> (below); the fixed-width kernels run one, the
-// auto-width kernel picks the 128- or 192-wide body from the live rows on the device. Launched as
+// auto-width kernel picks the 128- or 192-wide body from the live rows on the device (its 192-wide
+// body with tall tiles). Launched as
 // a programmatic dependent (GroupedGemmArgs::dependent_launch), the producer requests the first
 // tile's weights before griddepcontrol.wait.
 //
@@ -142,13 +147,21 @@ __device__ __forceinline__ void trace_data(int& n) {
 // a body takes its stage count from here (the host's dispatch, the auto-width kernel).
 __host__ __device__ constexpr int sm90_stages_for(int block_n) { return block_n == 128 ? 6 : 4; }
 
-template <int kBlockN, int kStages>
+// kTall: the layout with room for tall tiles (the auto-width kernel's 192-wide body).
+template <int kBlockN, int kStages, bool kTall = false>
 struct Sm90GemmConfig {
   static constexpr int kBlockM = 128;
   static constexpr int kBlockK = 128;
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = kBlockN * kBlockK;
-  static constexpr int kSfaBytes = kBlockM * 4;
+  // Tall tiles (kTall; sched::tall_expert): 129..192 rows x 128 columns. Their stage holds A's
+  // first 128 rows where a 128 x 192 tile's A goes, the 128 x 128 B block in the first 16 KB of
+  // the B stage and A's rows 128..191 in the B stage's last 8 KB (kTallA3Offset), and 256 A
+  // scales (two boxes of 128) instead of 128.
+  static constexpr int kTallA3Offset = 128 * kBlockK;
+  static constexpr int kSfaRows = kTall ? 256 : kBlockM;
+  static constexpr int kSfaBytes = kSfaRows * 4;
+  static constexpr int kSfaBoxBytes = kBlockM * 4;  // one TMA box of A scales (128 rows)
   // The 128-wide (decode, mid-size) body gets each k-block's B scale with the stage: the producer
   // copies it in, so the math reads it from shared memory. That took the global load off each
   // tile's first promotion (decode tiles' first k-block 0.6 -> 0.3 us) and made Qwen3-30B 512/512
@@ -169,9 +182,11 @@ struct Sm90GemmConfig {
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   static constexpr bool kTileLut = kBlockN == 192;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
-  // then, 192 wide, that tile resolved (expert, first row, first column, row end: kStages x 4
-  // ints), so that the math warpgroups do not run the scheduler's get() at each tile change.
+  // then, 192 wide, that tile resolved (expert, first row, first column, row end, tall: kStages x
+  // kTileInfoInts ints), so that the math warpgroups do not run the scheduler's get() at each tile
+  // change.
   static constexpr bool kTileInfoSlots = kBlockN == 192;
+  static constexpr int kTileInfoInts = kTall ? 5 : 4;
   // The shared-memory layout, in bytes from the 1024-aligned base (sm90_gemm_body's pointers; the
   // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
   // tiles, every stage's A scales (and kScalesInRing its B scale), the full and empty barriers,
@@ -187,11 +202,13 @@ struct Sm90GemmConfig {
   static constexpr int kTileEndOffset = kEndsOffset + kMaxExperts * 4;
   static constexpr int kTileIdOffset = kTileEndOffset + (kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4;
   static constexpr int kTileInfoOffset = kTileIdOffset + kStages * 4;
-  static constexpr int kLayoutBytes = kTileInfoOffset + (kTileInfoSlots ? kStages * 4 * 4 : 0);
+  static constexpr int kLayoutBytes = kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0);
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   static constexpr int kSmemBytes = kLayoutBytes + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
   static_assert(kBOffset % 1024 == 0 && kDOffset % 1024 == 0, "swizzled tiles start on 1024 bytes");
+  static_assert(!kTall || (kBlockN == 192 && kTallA3Offset + 64 * kBlockK <= kBBytes),
+                "tall tiles: the 192-wide ring, whose B stage holds a tall tile's rows 128..191");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -209,9 +226,12 @@ __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.
 // The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
 // ends_staged: the caller's warp 0 has already stored ends[] at Cfg::kEndsOffset (the auto-width
 // kernel), so the live scheduler's tables are built from there without loading it again.
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM>
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM, bool kTallTiles = false>
 __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool ends_staged = false) {
-  using Cfg = Sm90GemmConfig<kBlockN, kStages>;
+  // Tall tiles (sched::tall_expert): the 192-wide live body with single CTAs, as the auto-width
+  // kernel runs it (kTallTiles; see there).
+  constexpr bool kTall = kTallTiles && kBlockN == 192 && kLive && kCluster == 1 && !kPairM;
+  using Cfg = Sm90GemmConfig<kBlockN, kStages, kTall>;
   const CUtensorMap* map_b = &p.map_b[kBlockN == 192];
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
@@ -220,7 +240,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   // high (M-pairs); CTA `rank` takes its slice.
   constexpr int kClusterM = kPairM ? kCluster : 1, kClusterN = kPairM ? 1 : kCluster;
   using Scheduler = typename std::conditional<
-      kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN, Cfg::kTileLut>,
+      kLive, sched::LiveTileScheduler<Cfg::kBlockM * kClusterM, kBlockN * kClusterN, Cfg::kTileLut, kTall>,
       sched::PaddedTileScheduler<Cfg::kBlockM, kBlockN * kCluster>>::type;
 
   extern __shared__ uint8_t smem_raw[];
@@ -237,7 +257,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);
   int32_t* smem_tile_end = reinterpret_cast<int32_t*>(smem + Cfg::kTileEndOffset);
   int32_t* smem_tile_id = reinterpret_cast<int32_t*>(smem + Cfg::kTileIdOffset);
-  int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // kTileInfoSlots: [kStages][4]
+  int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // kTileInfoSlots: [kStages][5]
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
@@ -297,6 +317,16 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           ptx::cp_async_mbar_arrive(&full[s]);
         }
       };
+      // Tall tiles: a stage's bytes (A's first 128 rows, its rows 128.. in a box of box3, both rows'
+      // scales, the 128 x 128 B block), and the loads of those rows and scales into stage s.
+      auto tall_stage_bytes = [&](int box3) -> uint32_t {
+        return (128 + a_box_rows(box3)) * Cfg::kBlockK + 2 * Cfg::kSfaBoxBytes + sched::kTallBlockN * Cfg::kBlockK;
+      };
+      auto load_tall_rows = [&](int s, int kb, int m_row, int box3) {
+        ptx::tma_load_2d_hint(smem_b + s * Cfg::kBBytes + Cfg::kTallA3Offset, &p.map_a[box3], &full[s],
+                              kb * Cfg::kBlockK, m_row + 128, pol_a);
+        ptx::tma_load_2d(smem_sfa + s * Cfg::kSfaRows + 128, &p.map_sfa, &full[s], m_row + 128, kb);
+      };
       // Programmatic dependent launch (kernels/launch.cuh): before waiting for the previous kernel,
       // request the first tile's weights for the whole ring (they do not depend on it), on an SM
       // that kernel has already left; A and its scales follow after the wait. Single CTAs only.
@@ -310,11 +340,15 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if (first.get(first_tile_id<kCluster>(), t0)) {
           kb_first = kblocks(p) < kStages ? kblocks(p) : kStages;
           const int box = a_box_for<kLive>(t0.row_end - t0.m_row);
+          const bool tall = kTall && t0.tall;
+          const int box3 = a_box_for<kLive>(t0.row_end - t0.m_row - 128);  // (tall: its rows 128..191)
           const int sb_first = sb_row(t0);
           for (int s = 0; s < kb_first; ++s) {
             load_sb(s, sb_first, s);
-            ptx::mbar_arrive_expect_tx(&full[s], a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes + Cfg::kBBytes);
-            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], s * Cfg::kBlockK,
+            const uint32_t bytes =
+                tall ? tall_stage_bytes(box3) : a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBoxBytes + Cfg::kBBytes;
+            ptx::mbar_arrive_expect_tx(&full[s], bytes);
+            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, tall ? &p.map_b[0] : map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
 #if FP8MOE_GEMM_TRACE
             trace_request(requests, s == 0);
@@ -324,7 +358,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           for (int s = 0; s < kb_first; ++s) {
             ptx::tma_load_2d_hint(smem_a + s * Cfg::kABytes, &p.map_a[box], &full[s], s * Cfg::kBlockK, t0.m_row,
                                   pol_a);
-            ptx::tma_load_2d(smem_sfa + s * Cfg::kBlockM, &p.map_sfa, &full[s], t0.m_row, s);
+            ptx::tma_load_2d(smem_sfa + s * Cfg::kSfaRows, &p.map_sfa, &full[s], t0.m_row, s);
+            if (tall) load_tall_rows(s, s, t0.m_row, box3);
           }
           stage = kb_first % kStages;
           phase = kb_first == kStages ? 1u : 0u;
@@ -346,64 +381,81 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         const bool cta_live = !kPairM || live_rows > 0;  // M-pairs: this CTA's 128 rows hold live rows
         const int box = a_box_for<kLive>(live_rows);
         const CUtensorMap* map_a = &p.map_a[box];
-        const uint32_t stage_bytes =
-            (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBytes : 0) + Cfg::kBBytes;
         const int sb_tile = sb_row(t);
-        for (int kb = kb_first; kb < kblocks(p); ++kb) {
-          // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
-          const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
-          if (dynamic && kb == claim_kb) next = claim();
-          ptx::mbar_wait(&empty[stage], phase ^ 1u);
+        // The tile's k-blocks, instantiated per tile shape so that the 128 x BN tiles' requests
+        // stay as lean as without tall tiles (one loop for both shapes: +33% instructions per
+        // stage, and the 192-wide GEMMs 14% slower at prefill; perf notes v22).
+        auto request_tile = [&](auto tall_tile) {
+          constexpr bool kTallTile = decltype(tall_tile)::value;
+          const int box3 = a_box_for<kLive>(live_rows - 128);  // (tall: its rows 128..191)
+          [[maybe_unused]] const CUtensorMap* map_b_tile = kTallTile ? &p.map_b[0] : map_b;
+          const uint32_t stage_bytes =
+              kTallTile ? tall_stage_bytes(box3)
+                        : (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBoxBytes : 0) + Cfg::kBBytes;
+          for (int kb = kb_first; kb < kblocks(p); ++kb) {
+            // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
+            const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
+            if (dynamic && kb == claim_kb) next = claim();
+            ptx::mbar_wait(&empty[stage], phase ^ 1u);
 #if FP8MOE_GEMM_TRACE
-          if (kb == 0) trace_producer(tiles, 1);
+            if (kb == 0) trace_producer(tiles, 1);
 #endif
-          if (dynamic && kb == 0) {  // published by the arrive below
-            smem_tile_id[stage] = id;
-            if constexpr (Cfg::kTileInfoSlots) {
-              int32_t* info = smem_tile_info + 4 * stage;
-              info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
+            if (dynamic && kb == 0) {  // published by the arrive below
+              smem_tile_id[stage] = id;
+              if constexpr (Cfg::kTileInfoSlots) {
+                int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
+                info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
+                if constexpr (kTall) info[4] = kTallTile;
+              }
             }
-          }
-          if (FP8MOE_GEMM_ABLATE == 3) {
-            ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
+            if (FP8MOE_GEMM_ABLATE == 3) {
+              ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
+              if (++stage == kStages) {
+                stage = 0;
+                phase ^= 1u;
+              }
+              continue;
+            }
+            load_sb(stage, sb_tile, kb);
+            ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
+            if constexpr (kPairM) {
+              if (cta_live) {
+                ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
+                                      pol_a);
+                ptx::tma_load_2d(smem_sfa + stage * Cfg::kSfaRows, &p.map_sfa, &full[stage], t.m_row, kb);
+              }
+              ptx::tma_load_2d_multicast(smem_b + stage * Cfg::kBBytes + rank * (kBlockN / 2) * Cfg::kBlockK,
+                                         &p.map_b_half, &full[stage], kb * Cfg::kBlockK, b_row, (1u << kCluster) - 1);
+            } else {
+              if constexpr (kCluster == 1)
+                ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
+                                      pol_a);
+              else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
+                ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
+                                           &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
+              else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
+                ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
+                                           t.m_row, (1u << kCluster) - 1);
+              ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b_tile, &full[stage], kb * Cfg::kBlockK, b_row);
+              ptx::tma_load_2d(smem_sfa + stage * Cfg::kSfaRows, &p.map_sfa, &full[stage], t.m_row, kb);
+              if constexpr (kTallTile) load_tall_rows(stage, kb, t.m_row, box3);
+            }
+#if FP8MOE_GEMM_TRACE
+            trace_request(requests, kb == 0);
+            if (kb == 0) trace_producer(tiles, 2);
+            if (kb + 1 == kblocks(p)) trace_producer(tiles, 3);
+#endif
             if (++stage == kStages) {
               stage = 0;
               phase ^= 1u;
             }
-            continue;
           }
-          load_sb(stage, sb_tile, kb);
-          ptx::mbar_arrive_expect_tx(&full[stage], stage_bytes);
-          if constexpr (kPairM) {
-            if (cta_live) {
-              ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
-                                    pol_a);
-              ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
-            }
-            ptx::tma_load_2d_multicast(smem_b + stage * Cfg::kBBytes + rank * (kBlockN / 2) * Cfg::kBlockK,
-                                       &p.map_b_half, &full[stage], kb * Cfg::kBlockK, b_row, (1u << kCluster) - 1);
-          } else {
-            if constexpr (kCluster == 1)
-              ptx::tma_load_2d_hint(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK, t.m_row,
-                                    pol_a);
-            else if (box == 0)  // each CTA multicasts its 64-row half of A into both CTAs
-              ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes + rank * 64 * Cfg::kBlockK, &p.map_a[1],
-                                         &full[stage], kb * Cfg::kBlockK, t.m_row + 64 * rank, (1u << kCluster) - 1);
-            else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
-              ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
-                                         t.m_row, (1u << kCluster) - 1);
-            ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b, &full[stage], kb * Cfg::kBlockK, b_row);
-            ptx::tma_load_2d(smem_sfa + stage * Cfg::kBlockM, &p.map_sfa, &full[stage], t.m_row, kb);
-          }
-#if FP8MOE_GEMM_TRACE
-          trace_request(requests, kb == 0);
-          if (kb == 0) trace_producer(tiles, 2);
-          if (kb + 1 == kblocks(p)) trace_producer(tiles, 3);
-#endif
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1u;
-          }
+        };
+        if constexpr (kTall) {
+          if (t.tall) request_tile(std::true_type{});
+          else request_tile(std::false_type{});
+        } else {
+          request_tile(std::false_type{});
         }
         if (dynamic && kb_first >= kblocks(p)) next = claim();  // the whole tile was requested before the wait
         kb_first = 0;
@@ -415,7 +467,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         smem_tile_id[stage] = id;
-        if constexpr (Cfg::kTileInfoSlots) smem_tile_info[4 * stage] = -1;  // no expert: the end
+        if constexpr (Cfg::kTileInfoSlots) smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
         ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
     }
@@ -463,8 +515,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     auto get_tile = [&](int id) {
       if constexpr (Cfg::kTileInfoSlots) {
         if (published) {
-          const int32_t* info = smem_tile_info + 4 * stage;
+          const int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
           t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
+          if constexpr (kTall) t.tall = info[4] != 0;
           t.set_live_halves();
           return t.expert >= 0;
         }
@@ -519,34 +572,45 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         // waiting for kb+1 (wait B(kb) right after promoting A), so it never holds two stages of
         // the ring; the 192-wide (prefill) kernel keeps A(kb+1) queued behind B(kb) instead.
         constexpr bool kReleaseFirst = kBlockN == 128;
-        float acc_a[Half::kAccum], acc_b[Half::kAccum];
-        auto issue = [&](float(&acc)[Half::kAccum], int half, uint32_t a_offset) {
+        // One wgmma group over the stage's 128-K block: acc (64 x N, N = 2 x its size) (+)= the
+        // 64 A rows at a_tile x the N B rows at b_tile.
+        auto issue_group = [&](auto& acc, const uint8_t* a_tile, const uint8_t* b_tile) {
+          constexpr int kAcc = sizeof(acc) / sizeof(float);
+          using Mma = ptx::WgmmaE4M3<2 * kAcc>;
 #pragma unroll
-          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
+          for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
           ptx::wgmma_fence();
-          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_offset);
-          const uint64_t desc_b =
-              ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes + half * (kBlockN / 2) * Cfg::kBlockK);
+          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(a_tile);
+          const uint64_t desc_b = ptx::smem_desc_k_major_sw128(b_tile);
 #pragma unroll
           for (int k = 0; k < Cfg::kBlockK / 32; ++k) {
             // +32 bytes along K inside the 128-byte swizzle atom = +2 in the descriptor's address field
-            Half::mma(acc, ptx::smem_desc_advance(desc_a, 2 * k), ptx::smem_desc_advance(desc_b, 2 * k), k > 0);
+            Mma::mma(acc, ptx::smem_desc_advance(desc_a, 2 * k), ptx::smem_desc_advance(desc_b, 2 * k), k > 0);
           }
           ptx::wgmma_commit();
 #pragma unroll
-          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
+          for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
         };
-        // out[half * kAccum + i] += scale(chunk) * acc[i]; fragment chunk c = 8 columns at 8c.
-        auto promote = [&](const float(&acc)[Half::kAccum], int half, float sa0, float sa1, float sb, float sb2) {
+        // Column half `half` of this warpgroup's rows (A at a_offset in the stage).
+        auto issue = [&](float(&acc)[Half::kAccum], int half, uint32_t a_offset) {
+          issue_group(acc, smem_a + stage * Cfg::kABytes + a_offset,
+                      smem_b + stage * Cfg::kBBytes + half * (kBlockN / 2) * Cfg::kBlockK);
+        };
+        // out[out0 + i] += scale(chunk) * acc[i]; fragment chunk c = 8 columns at 8c (out[4c..4c+3]).
+        // Chunks 0..7 take sa * sb, 8..15 sa * sb or (a 192-wide tile straddling two B-scale
+        // blocks at 64) sa * sb2, 16..23 sh * sb2: sh = sa, except in a tall tile, whose chunks
+        // 16..23 are rows 128..191 (sh their A scales, sb2 = sb).
+        auto promote = [&](const auto& acc, int out0, float sa0, float sa1, float sb, float sb2, float sh0, float sh1) {
+          constexpr int kAcc = sizeof(acc) / sizeof(float);
           const float lo0 = __fmul_rn(sa0, sb), lo1 = __fmul_rn(sa1, sb);
-          const float hi0 = __fmul_rn(sa0, sb2), hi1 = __fmul_rn(sa1, sb2);
-          const float mid0 = split == 128 ? lo0 : hi0, mid1 = split == 128 ? lo1 : hi1;
+          const float hi0 = __fmul_rn(sh0, sb2), hi1 = __fmul_rn(sh1, sb2);
+          const float mid0 = split == 128 ? lo0 : hi0, mid1 = split == 128 ? lo1 : hi1;  // (tall: split is 128)
 #pragma unroll
-          for (int i = 0; i < Half::kAccum; i += 4) {
-            const int chunk = (half * Half::kAccum + i) / 4;
+          for (int i = 0; i < kAcc; i += 4) {
+            const int chunk = (out0 + i) / 4;
             const float s0 = chunk < 8 ? lo0 : chunk < 16 ? mid0 : hi0;
             const float s1 = chunk < 8 ? lo1 : chunk < 16 ? mid1 : hi1;
-            float* o = out + half * Half::kAccum + i;
+            float* o = out + out0 + i;
             o[0] = __fmaf_rn(s0, acc[i + 0], o[0]);
             o[1] = __fmaf_rn(s0, acc[i + 1], o[1]);
             o[2] = __fmaf_rn(s1, acc[i + 2], o[2]);
@@ -556,95 +620,133 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 
         if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
           const int row = row_in_tile - 64 * warpgroup;
+          float acc[Half::kAccum];
           for (int kb = 0; kb < kblocks(p); ++kb) {
             ptx::mbar_wait(&full[stage], phase);
             const float sb = smem_sfb[stage];  // (128 wide: kScalesInRing)
-            const float sa0 = smem_sfa[stage * Cfg::kBlockM + row];
-            const float sa1 = smem_sfa[stage * Cfg::kBlockM + row + 8];
-            issue(acc_a, warpgroup, 0);
+            const float sa0 = smem_sfa[stage * Cfg::kSfaRows + row];
+            const float sa1 = smem_sfa[stage * Cfg::kSfaRows + row + 8];
+            issue(acc, warpgroup, 0);
             ptx::wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+            for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc[i]);
             release(stage);
             if (warpgroup == 0)  // (a compile-time half: `out` must stay in registers)
-              promote(acc_a, 0, sa0, sa1, sb, sb);
+              promote(acc, 0, sa0, sa1, sb, sb, sa0, sa1);
             else
-              promote(acc_a, 1, sa0, sa1, sb, sb);
+              promote(acc, Half::kAccum, sa0, sa1, sb, sb, sa0, sa1);
             advance();
           }
         } else {
+          // The two-half loop, for a 128 x BN tile or (kTallTile) a tall one. A tall tile's "halves"
+          // are this warpgroup's 64 rows x all 128 columns (A: out[0, 64), fragment chunks 0..15)
+          // and its rows 128.. x its 64 columns [64 * warpgroup, +64) (B: out[64, 96), chunks
+          // 16..23, A in the B stage's last 8 KB, promoted with those rows' scales sh, from rows
+          // row_tall of the stage's 256): 96 accumulators, as in the 128 x 192 tile, in two single
+          // wgmma groups (a half split over two groups of different N serialised the wgmma
+          // pipeline in ptxas).
+          auto two_halves = [&](auto tall_tile) {
+            constexpr bool kTallTile = decltype(tall_tile)::value;
+            constexpr int kAccA = kTallTile ? 64 : Half::kAccum, kAccB = kTallTile ? 32 : Half::kAccum;
+            float acc_a[kAccA], acc_b[kAccB];
+            const int row_tall = Cfg::kBlockM + row_in_tile - 64 * warpgroup;
+            auto issue_a = [&] {
+              if constexpr (kTallTile)
+                issue_group(acc_a, smem_a + stage * Cfg::kABytes + a_desc_offset, smem_b + stage * Cfg::kBBytes);
+              else
+                issue(acc_a, 0, a_desc_offset);
+            };
+            auto issue_b = [&] {
+              if constexpr (kTallTile)
+                issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
+                            smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
+              else
+                issue(acc_b, 1, a_desc_offset);
+            };
 #if FP8MOE_GEMM_TRACE
-        trace_data(data_stamps);
+            trace_data(data_stamps);
 #endif
-        ptx::mbar_wait(&full[stage], phase);
+            ptx::mbar_wait(&full[stage], phase);
 #if FP8MOE_GEMM_TRACE
-        trace_data(data_stamps);
+            trace_data(data_stamps);
 #endif
 #if FP8MOE_GEMM_TRACE >= 2
-        trace_time(traced++);
+            trace_time(traced++);
 #endif
-        float sa0 = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
-        float sa1 = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
-        float sb = Cfg::kScalesInRing ? smem_sfb[stage] : __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
-        issue(acc_a, 0, a_desc_offset);
-        issue(acc_b, 1, a_desc_offset);
-        for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
-          // From global memory one k-block ahead, before the stage's wait (not kScalesInRing).
-          float sb_next = Cfg::kScalesInRing ? 0.0f : __ldg(sb_lo + kb + 1),
-                sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
-          ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
+            float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+            float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+            float sh0 = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall] : sa0;
+            float sh1 = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall + 8] : sa1;
+            float sb = Cfg::kScalesInRing ? smem_sfb[stage] : __ldg(sb_lo);
+            float sb2 = kTallTile ? sb : kBlockN > 128 ? __ldg(sb_hi) : sb;
+            issue_a();
+            issue_b();
+            for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
+              // From global memory one k-block ahead, before the stage's wait (not kScalesInRing).
+              float sb_next = Cfg::kScalesInRing ? 0.0f : __ldg(sb_lo + kb + 1),
+                    sb2_next = kTallTile ? sb_next : kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
+              ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
 #pragma unroll
-          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
-          promote(acc_a, 0, sa0, sa1, sb, sb2);
+              for (int i = 0; i < kAccA; ++i) ptx::fence_operand(acc_a[i]);
+              promote(acc_a, 0, sa0, sa1, sb, sb2, sh0, sh1);
 #if FP8MOE_GEMM_TRACE >= 2
-          if (kb == 0) trace_time(traced++);
+              if (kb == 0) trace_time(traced++);
 #endif
-          const int cur = stage;
-          if constexpr (kReleaseFirst) {
-            ptx::wgmma_wait<0>();  // B(kb) done
-            release(cur);
+              const int cur = stage;
+              if constexpr (kReleaseFirst) {
+                ptx::wgmma_wait<0>();  // B(kb) done
+                release(cur);
+              }
+              advance();
+#if FP8MOE_GEMM_TRACE
+              trace_data(data_stamps);
+#endif
+              ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE
+              trace_data(data_stamps);
+#endif
+              const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+              const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+              const float sh0_next = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall] : sa0_next;
+              const float sh1_next = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall + 8] : sa1_next;
+              if constexpr (Cfg::kScalesInRing) sb_next = sb2_next = smem_sfb[stage];
+              issue_a();  // A(kb+1)
+              if constexpr (!kReleaseFirst) {
+                ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
+                release(cur);          // both halves have read stage kb
+              }
+#pragma unroll
+              for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
+              promote(acc_b, kAccA, sa0, sa1, sb, sb2, sh0, sh1);
+              issue_b();  // B(kb+1)
+              sa0 = sa0_next, sa1 = sa1_next, sh0 = sh0_next, sh1 = sh1_next, sb = sb_next, sb2 = sb2_next;
+            }
+            ptx::wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < kAccA; ++i) ptx::fence_operand(acc_a[i]);
+            promote(acc_a, 0, sa0, sa1, sb, sb2, sh0, sh1);
+#if FP8MOE_GEMM_TRACE >= 2
+            if (kblocks(p) == 1) trace_time(traced++);
+#endif
+            ptx::wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
+            release(stage);
+#if FP8MOE_GEMM_TRACE >= 2
+            trace_time(traced++);
+#endif
+            promote(acc_b, kAccA, sa0, sa1, sb, sb2, sh0, sh1);
+#if FP8MOE_GEMM_TRACE >= 2
+            trace_time(traced++);
+#endif
+            advance();
+          };
+          if constexpr (kTall) {
+            if (t.tall) two_halves(std::true_type{});
+            else two_halves(std::false_type{});
+          } else {
+            two_halves(std::false_type{});
           }
-          advance();
-#if FP8MOE_GEMM_TRACE
-          trace_data(data_stamps);
-#endif
-          ptx::mbar_wait(&full[stage], phase);
-#if FP8MOE_GEMM_TRACE
-          trace_data(data_stamps);
-#endif
-          const float sa0_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile];
-          const float sa1_next = smem_sfa[stage * Cfg::kBlockM + row_in_tile + 8];
-          if constexpr (Cfg::kScalesInRing) sb_next = sb2_next = smem_sfb[stage];
-          issue(acc_a, 0, a_desc_offset);  // A(kb+1)
-          if constexpr (!kReleaseFirst) {
-            ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
-            release(cur);          // both halves have read stage kb
-          }
-#pragma unroll
-          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
-          promote(acc_b, 1, sa0, sa1, sb, sb2);
-          issue(acc_b, 1, a_desc_offset);  // B(kb+1)
-          sa0 = sa0_next, sa1 = sa1_next, sb = sb_next, sb2 = sb2_next;
-        }
-        ptx::wgmma_wait<1>();
-#pragma unroll
-        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
-        promote(acc_a, 0, sa0, sa1, sb, sb2);
-#if FP8MOE_GEMM_TRACE >= 2
-        if (kblocks(p) == 1) trace_time(traced++);
-#endif
-        ptx::wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
-        release(stage);
-#if FP8MOE_GEMM_TRACE >= 2
-        trace_time(traced++);
-#endif
-        promote(acc_b, 1, sa0, sa1, sb, sb2);
-#if FP8MOE_GEMM_TRACE >= 2
-        trace_time(traced++);
-#endif
-        advance();
         }
       }
 
@@ -678,21 +780,42 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
                            pack(4 * i + 6));
         }
       };
+      // Copies `rows` staged rows (64 columns, 128-byte swizzle) out to dst with the warpgroup's
+      // 128 threads, 16-byte stores, 8 threads per 128-byte row segment.
+      auto copy_out = [&](const uint8_t* src, __nv_bfloat16* dst, int rows) {
+#pragma unroll
+        for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
+          const int r = q / 8, c = q % 8;
+          if (r >= rows || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
+          const uint4 v = *reinterpret_cast<const uint4*>(src + r * 128 + ((c ^ (r % 8)) << 4));
+          *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
+        }
+      };
       // The staging tile is free once TMA has read what it was last handed (a tile ago).
       if (Cfg::kBulkStore && store_leader) ptx::bulk_wait_read<0>();
       if (Cfg::kBulkStore && rows_to_store >= 64 && FP8MOE_GEMM_ABLATE != 4) {
+        // A tall tile's third 64-column block is its rows 128.. x columns [64 * warpgroup, +64):
+        // stored by TMA when all 64 rows are live, else its live rows copied out (never a row
+        // past the expert's end).
+        const bool tall = kTall && t.tall;
+        const int tall_rows = t.row_end - t.m_row - 128;
+        auto block_col = [&](int h) { return tall && h == 2 ? t.n_col + 64 * warpgroup : t.n_col + 64 * h; };
+        auto block_row = [&](int h) { return tall && h == 2 ? t.m_row + 128 : t.m_row + row_base; };
         ptx::named_barrier(1 + warpgroup, 128);
 #pragma unroll
         for (int h = 0; h < kBlockN / 64; ++h)
-          if (t.n_col + 64 * h < p.n) stage_half(h, tile_d + h * 8192);  // (a partial last tile)
+          if (block_col(h) < p.n) stage_half(h, tile_d + h * 8192);  // (a partial last tile)
         ptx::fence_proxy_async_smem();  // the stmatrix writes, for TMA
         ptx::named_barrier(1 + warpgroup, 128);
         if (store_leader) {
 #pragma unroll
           for (int h = 0; h < kBlockN / 64; ++h)
-            if (t.n_col + 64 * h < p.n) ptx::tma_store_2d(&p.map_d, tile_d + h * 8192, t.n_col + 64 * h, t.m_row + row_base);
+            if (block_col(h) < p.n && !(tall && h == 2 && tall_rows < 64))
+              ptx::tma_store_2d(&p.map_d, tile_d + h * 8192, block_col(h), block_row(h));
           ptx::bulk_commit();
         }
+        if (tall && tall_rows < 64)
+          copy_out(tile_d + 2 * 8192, p.d + static_cast<int64_t>(block_row(2)) * p.n + block_col(2), tall_rows);
       } else {
         __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
@@ -702,13 +825,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous half out
           stage_half(h, tile_d);
           ptx::named_barrier(1 + warpgroup, 128);
-#pragma unroll
-          for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
-            const int r = q / 8, c = q % 8;
-            if (r >= rows_to_store || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
-            const uint4 v = *reinterpret_cast<const uint4*>(tile_d + r * 128 + ((c ^ (r % 8)) << 4));
-            *reinterpret_cast<uint4*>(d_rows + static_cast<int64_t>(r) * p.n + 64 * h + 8 * c) = v;
-          }
+          copy_out(tile_d, d_rows + 64 * h, rows_to_store);
         }
       }
 #if FP8MOE_GEMM_TRACE >= 2
@@ -753,7 +870,7 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ptx::smem_align_1024_offset(smem_raw);
     int32_t* ends_smem = reinterpret_cast<int32_t*>(
-        smem + (wide ? Sm90GemmConfig<192, sm90_stages_for(192)>::kEndsOffset
+        smem + (wide ? Sm90GemmConfig<192, sm90_stages_for(192), true>::kEndsOffset
                      : Sm90GemmConfig<128, sm90_stages_for(128)>::kEndsOffset));
 #pragma unroll
     for (int i = 0; i < sched::EndsInWarp::kPerLane; ++i) {
@@ -762,7 +879,7 @@ __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2
     }
     __syncwarp();
   }
-  if (wide) sm90_gemm_body<192, sm90_stages_for(192), 1, true, false>(p, true);
+  if (wide) sm90_gemm_body<192, sm90_stages_for(192), 1, true, false, true>(p, true);
   else sm90_gemm_body<128, sm90_stages_for(128), 1, true, false>(p, true);
 #elif defined(__CUDA_ARCH__)
   __trap();

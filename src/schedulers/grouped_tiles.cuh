@@ -8,8 +8,9 @@
 //   of live tiles per expert and, for prefill-sized GEMMs, a coarse table from tile ids to
 //   experts, so finding a tile's expert is a short search in shared memory instead of a chain of
 //   dependent global loads and arithmetic) and enumerates only the
-//   ceil(n_e / BLOCK_M) x ceil(N / BLOCK_N) tiles of each expert. Ids past the last live tile end
-//   the walk, so nothing past an expert's last live tile is ever loaded or stored. BLOCK_M is 128
+//   ceil(n_e / BLOCK_M) x ceil(N / BLOCK_N) tiles of each expert (kTall: an expert with 129..192
+//   rows in ceil(N / 128) tall tiles instead). Ids past the last live tile end the walk, so
+//   nothing past an expert's last live tile is ever loaded or stored. BLOCK_M is 128
 //   or, for clusters of M-neighbours, a multiple of it; experts still start on 128-row boundaries,
 //   and TileInfo describes the block's first 128 rows.
 // - PaddedTileScheduler is the baseline engines run today: every 128-row tile of M_cap, the
@@ -59,11 +60,21 @@ FP8MOE_HD void fill_tile_lut(int32_t* lut, int e, int num_experts, int first, in
   }
 }
 
+// Tall tiles (the auto-width GEMM kernel's 192-wide body): an expert with 129..192 live rows is
+// computed in tiles of all its rows x 128 columns instead of two 128-row M-tiles, so that its
+// rows past 128 do not stream its weights a second time (at 512/512, ~128 +- 11 rows per expert,
+// about half the experts: -26% of their L2 -> SM bytes; perf notes v22). A tall tile moves at
+// most the bytes per k-block of a 128 x 192 one (A 16 + 2..8 KB, B 16 KB). Larger experts keep
+// 128-row tiles.
+constexpr int kTallBlockN = 128;
+FP8MOE_HD bool tall_expert(int rows) { return rows > layout::kTileM && rows <= layout::kTileM * 3 / 2; }
+
 struct TileInfo {
   int32_t expert = 0;   // expert whose weights the tile multiplies
   int32_t m_row = 0;    // first permuted row of the tile
   int32_t n_col = 0;    // first output column
   int32_t row_end = 0;  // rows >= row_end are not stored
+  bool tall = false;    // a tall tile: rows [m_row, row_end) (129..192), kTallBlockN columns
   bool live_half[2] = {false, false};  // 64-row halves that carry live rows (get math)
   // A live tile's halves from its rows (the live schedule: rows [m_row, row_end) are live).
   FP8MOE_HD void set_live_halves() {
@@ -153,10 +164,18 @@ __device__ inline bool wide_tiles_warp(const EndsInWarp& w, int num_experts) {
 }
 #endif
 
-template <int kBlockM, int kBlockN, bool kLut = false>
+template <int kBlockM, int kBlockN, bool kLut = false, bool kTall = false>
 struct LiveTileScheduler {
   static_assert(kBlockM % layout::kTileM == 0, "experts are aligned to the 128-row tile");
+  static_assert(!kTall || (kBlockM == layout::kTileM && kBlockN == 192), "tall tiles: the 192-wide single CTAs");
   // Experts start on 128-row boundaries (tile_aligned32).
+
+  // Tiles of an expert with `rows` live rows (-127..0: none): ceil(rows / BLOCK_M) x num_n, or
+  // (kTall and tall_expert(rows)) num_n_tall tall tiles.
+  FP8MOE_HD static int expert_tiles(int rows, int num_n, int num_n_tall) {
+    if (kTall && tall_expert(rows)) return num_n_tall;
+    return (rows + kBlockM - 1) / kBlockM * num_n;
+  }
 
   const int32_t* ends;      // shared [E]: the prefix-sum layout
   const int32_t* tile_end;  // shared [kMaxLiveExperts]: live tiles of experts 0..e (inclusive prefix),
@@ -181,13 +200,14 @@ struct LiveTileScheduler {
   __device__ static void build(int num_experts, int n, const int32_t* ends_smem, int32_t* tile_end_smem) {
     const int lane = threadIdx.x;
     const int num_n = static_cast<int>(layout::ceil_div(n, kBlockN));
+    const int num_n_tall = static_cast<int>(layout::ceil_div(n, kTallBlockN));
     int carry = 0;
     for (int e0 = 0; e0 < num_experts; e0 += 32) {
       const int e = e0 + lane;
       int tiles = 0;
       if (e < num_experts) {
         const int start = e == 0 ? 0 : tile_aligned32(ends_smem[e - 1]);
-        tiles = (ends_smem[e] - start + kBlockM - 1) / kBlockM * num_n;
+        tiles = expert_tiles(ends_smem[e] - start, num_n, num_n_tall);
       }
       int inclusive = tiles;
 #pragma unroll
@@ -240,12 +260,20 @@ struct LiveTileScheduler {
     const int first_id = expert == 0 ? 0 : tile_end[expert - 1];
     const int start = expert == 0 ? 0 : tile_aligned32(ends[expert - 1]);
     const int end = ends[expert];
-    int m, n;
-    raster(id - first_id, (end - start + kBlockM - 1) / kBlockM, num_n, m, n);
+    const int local = id - first_id;
     t.expert = expert;
+    t.row_end = end;
+    t.tall = kTall && tall_expert(end - start);
+    if (t.tall) {
+      t.m_row = start;
+      t.n_col = local * kTallBlockN;
+      t.set_live_halves();
+      return true;
+    }
+    int m, n;
+    raster(local, (end - start + kBlockM - 1) / kBlockM, num_n, m, n);
     t.m_row = start + m * kBlockM;
     t.n_col = n * kBlockN;
-    t.row_end = end;
     t.set_live_halves();
     return true;
   }

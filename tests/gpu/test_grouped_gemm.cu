@@ -50,11 +50,21 @@ struct GemmRun {
 };
 
 // Tiles the live schedule visits with single CTAs: ceil(n_e / 128) x ceil(N / BN) per expert, BN
-// as the kernel chooses it (block_n 0: on the device from the live rows, sched::wide_tiles).
+// as the kernel chooses it (block_n 0: on the device from the live rows, sched::wide_tiles, where
+// at 192 an expert with 129..192 rows takes ceil(N / 128) tall tiles instead).
 int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
   const auto m = fp8moe::sched::touched_tiles(p.counts.data(), static_cast<int>(p.counts.size()));
+  const bool tall = block_n == 0 && fp8moe::sched::wide_tiles(m.m_tiles, m.touched);
   if (block_n == 0) block_n = fp8moe::sched::wide_tiles(m.m_tiles, m.touched) ? 192 : 128;
-  return m.m_tiles * layout::ceil_div(n, block_n);
+  int64_t tiles = 0;
+  for (const int32_t rows : p.counts) {
+    const int64_t m_tiles = layout::ceil_div(rows, 128);
+    if (tall && rows > 128 && rows <= 192)
+      tiles += layout::ceil_div(n, 128);
+    else
+      tiles += m_tiles * layout::ceil_div(n, block_n);
+  }
+  return tiles;
 }
 
 // Builds random operands for `c`, runs both schedules and the reference.
@@ -251,6 +261,17 @@ TEST(Sm90GroupedGemm, AutoWidthFollowsLiveRows) {
   check_case({4096, 1024, {140, 115, 130, 150}});  // 6 M-tiles, 4 experts: 192
   check_case({7168, 512, {150, 0, 129, 40}});      // 5 M-tiles, 3 experts: 192, partial last N tile
   check_case({4096, 1024, {40, 100, 0, 17}});      // one M-tile each: 128
+}
+
+// Tall tiles (the auto-width kernel at 192 wide): an expert with 129..192 rows is computed in
+// 128-wide tiles of all its rows, each warpgroup its 64 rows and half the columns of rows 128..
+// (a 64-row box: TMA stores when all 64 are live, else copied row by row; a 16-row box for up to
+// 16): experts of 129, 144, 150 and 192 rows; 193, 320 and 449 keep 128-row tiles.
+TEST(Sm90GroupedGemm, TallTilesMatchPadded) {
+  FP8MOE_REQUIRE_SM90();
+  check_case({4096, 1024, {129, 192, 0, 150, 193, 320, 144, 449}});
+  check_case({7168, 2048, {150, 192, 129}});
+  check_case({640, 1024, {140, 190, 64}});  // partial last 192-wide tile of the 64-row expert
 }
 
 // 2-CTA clusters (opt-in): N-neighbours sharing A, M-neighbours sharing B. Experts with an odd
