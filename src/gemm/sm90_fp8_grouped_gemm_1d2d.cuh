@@ -637,116 +637,140 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               promote(acc, Half::kAccum, sa0, sa1, sb, sb, sa0, sa1);
             advance();
           }
-        } else {
-          // The two-half loop, for a 128 x BN tile or (kTallTile) a tall one. A tall tile's "halves"
-          // are this warpgroup's 64 rows x all 128 columns (A: out[0, 64), fragment chunks 0..15)
-          // and its rows 128.. x its 64 columns [64 * warpgroup, +64) (B: out[64, 96), chunks
-          // 16..23, A in the B stage's last 8 KB, promoted with those rows' scales sh, from rows
-          // row_tall of the stage's 256): 96 accumulators, as in the 128 x 192 tile, in two single
-          // wgmma groups (a half split over two groups of different N serialised the wgmma
-          // pipeline in ptxas).
-          auto two_halves = [&](auto tall_tile) {
-            constexpr bool kTallTile = decltype(tall_tile)::value;
-            constexpr int kAccA = kTallTile ? 64 : Half::kAccum, kAccB = kTallTile ? 32 : Half::kAccum;
-            float acc_a[kAccA], acc_b[kAccB];
+        } else if (kTall && t.tall) {
+          // A tall tile: its "halves" are this warpgroup's 64 rows x all 128 columns (A: out[0, 64),
+          // fragment chunks 0..15) and its rows 128.. x its 64 columns [64 * warpgroup, +64) (B:
+          // out[64, 96), chunks 16..23; A in the B stage's last 8 KB; promoted with those rows'
+          // scales sh, rows row_tall of the stage's 256): 96 accumulators as in the 128 x 192
+          // tile, each half one wgmma group (one half over two groups of different N serialised
+          // the wgmma pipeline in ptxas). The same pipeline as the two-half loop below (kept apart
+          // from it: wrapped in one generic loop for both shapes, the 128 x 192 k-loop compiled
+          // differently and measured 2-3% slower).
+          if constexpr (kTall) {
+            float acc_a[64], acc_b[32];
             const int row_tall = Cfg::kBlockM + row_in_tile - 64 * warpgroup;
             auto issue_a = [&] {
-              if constexpr (kTallTile)
-                issue_group(acc_a, smem_a + stage * Cfg::kABytes + a_desc_offset, smem_b + stage * Cfg::kBBytes);
-              else
-                issue(acc_a, 0, a_desc_offset);
+              issue_group(acc_a, smem_a + stage * Cfg::kABytes + a_desc_offset, smem_b + stage * Cfg::kBBytes);
             };
             auto issue_b = [&] {
-              if constexpr (kTallTile)
-                issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
-                            smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
-              else
-                issue(acc_b, 1, a_desc_offset);
+              issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
+                          smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
             };
-#if FP8MOE_GEMM_TRACE
-            trace_data(data_stamps);
-#endif
             ptx::mbar_wait(&full[stage], phase);
-#if FP8MOE_GEMM_TRACE
-            trace_data(data_stamps);
-#endif
-#if FP8MOE_GEMM_TRACE >= 2
-            trace_time(traced++);
-#endif
             float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
             float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
-            float sh0 = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall] : sa0;
-            float sh1 = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall + 8] : sa1;
-            float sb = Cfg::kScalesInRing ? smem_sfb[stage] : __ldg(sb_lo);
-            float sb2 = kTallTile ? sb : kBlockN > 128 ? __ldg(sb_hi) : sb;
+            float sh0 = smem_sfa[stage * Cfg::kSfaRows + row_tall];
+            float sh1 = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
+            float sb = __ldg(sb_lo);  // (a tall tile's 128 columns: one B-scale block)
             issue_a();
             issue_b();
             for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
-              // From global memory one k-block ahead, before the stage's wait (not kScalesInRing).
-              float sb_next = Cfg::kScalesInRing ? 0.0f : __ldg(sb_lo + kb + 1),
-                    sb2_next = kTallTile ? sb_next : kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
+              const float sb_next = __ldg(sb_lo + kb + 1);
               ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
 #pragma unroll
-              for (int i = 0; i < kAccA; ++i) ptx::fence_operand(acc_a[i]);
-              promote(acc_a, 0, sa0, sa1, sb, sb2, sh0, sh1);
-#if FP8MOE_GEMM_TRACE >= 2
-              if (kb == 0) trace_time(traced++);
-#endif
+              for (int i = 0; i < 64; ++i) ptx::fence_operand(acc_a[i]);
+              promote(acc_a, 0, sa0, sa1, sb, sb, sh0, sh1);
               const int cur = stage;
-              if constexpr (kReleaseFirst) {
-                ptx::wgmma_wait<0>();  // B(kb) done
-                release(cur);
-              }
               advance();
-#if FP8MOE_GEMM_TRACE
-              trace_data(data_stamps);
-#endif
               ptx::mbar_wait(&full[stage], phase);
-#if FP8MOE_GEMM_TRACE
-              trace_data(data_stamps);
-#endif
               const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
               const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
-              const float sh0_next = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall] : sa0_next;
-              const float sh1_next = kTallTile ? smem_sfa[stage * Cfg::kSfaRows + row_tall + 8] : sa1_next;
-              if constexpr (Cfg::kScalesInRing) sb_next = sb2_next = smem_sfb[stage];
+              const float sh0_next = smem_sfa[stage * Cfg::kSfaRows + row_tall];
+              const float sh1_next = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
               issue_a();  // A(kb+1)
-              if constexpr (!kReleaseFirst) {
-                ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
-                release(cur);          // both halves have read stage kb
-              }
+              ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
+              release(cur);          // both halves have read stage kb
 #pragma unroll
-              for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
-              promote(acc_b, kAccA, sa0, sa1, sb, sb2, sh0, sh1);
+              for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_b[i]);
+              promote(acc_b, 64, sa0, sa1, sb, sb, sh0, sh1);
               issue_b();  // B(kb+1)
-              sa0 = sa0_next, sa1 = sa1_next, sh0 = sh0_next, sh1 = sh1_next, sb = sb_next, sb2 = sb2_next;
+              sa0 = sa0_next, sa1 = sa1_next, sh0 = sh0_next, sh1 = sh1_next, sb = sb_next;
             }
             ptx::wgmma_wait<1>();
 #pragma unroll
-            for (int i = 0; i < kAccA; ++i) ptx::fence_operand(acc_a[i]);
-            promote(acc_a, 0, sa0, sa1, sb, sb2, sh0, sh1);
-#if FP8MOE_GEMM_TRACE >= 2
-            if (kblocks(p) == 1) trace_time(traced++);
-#endif
+            for (int i = 0; i < 64; ++i) ptx::fence_operand(acc_a[i]);
+            promote(acc_a, 0, sa0, sa1, sb, sb, sh0, sh1);
             ptx::wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
+            for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_b[i]);
             release(stage);
-#if FP8MOE_GEMM_TRACE >= 2
-            trace_time(traced++);
-#endif
-            promote(acc_b, kAccA, sa0, sa1, sb, sb2, sh0, sh1);
-#if FP8MOE_GEMM_TRACE >= 2
-            trace_time(traced++);
-#endif
+            promote(acc_b, 64, sa0, sa1, sb, sb, sh0, sh1);
             advance();
-          };
-          if constexpr (kTall) {
-            if (t.tall) two_halves(std::true_type{});
-            else two_halves(std::false_type{});
-          } else {
-            two_halves(std::false_type{});
           }
+        } else {  // the two-half loop of a 128 x BN tile
+        float acc_a[Half::kAccum], acc_b[Half::kAccum];
+#if FP8MOE_GEMM_TRACE
+        trace_data(data_stamps);
+#endif
+        ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE
+        trace_data(data_stamps);
+#endif
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
+        float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+        float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+        float sb = Cfg::kScalesInRing ? smem_sfb[stage] : __ldg(sb_lo), sb2 = kBlockN > 128 ? __ldg(sb_hi) : sb;
+        issue(acc_a, 0, a_desc_offset);
+        issue(acc_b, 1, a_desc_offset);
+        for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
+          // From global memory one k-block ahead, before the stage's wait (not kScalesInRing).
+          float sb_next = Cfg::kScalesInRing ? 0.0f : __ldg(sb_lo + kb + 1),
+                sb2_next = kBlockN > 128 ? __ldg(sb_hi + kb + 1) : sb_next;
+          ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
+#pragma unroll
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+          promote(acc_a, 0, sa0, sa1, sb, sb2, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+          if (kb == 0) trace_time(traced++);
+#endif
+          const int cur = stage;
+          if constexpr (kReleaseFirst) {
+            ptx::wgmma_wait<0>();  // B(kb) done
+            release(cur);
+          }
+          advance();
+#if FP8MOE_GEMM_TRACE
+          trace_data(data_stamps);
+#endif
+          ptx::mbar_wait(&full[stage], phase);
+#if FP8MOE_GEMM_TRACE
+          trace_data(data_stamps);
+#endif
+          const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+          const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+          if constexpr (Cfg::kScalesInRing) sb_next = sb2_next = smem_sfb[stage];
+          issue(acc_a, 0, a_desc_offset);  // A(kb+1)
+          if constexpr (!kReleaseFirst) {
+            ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
+            release(cur);          // both halves have read stage kb
+          }
+#pragma unroll
+          for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+          promote(acc_b, Half::kAccum, sa0, sa1, sb, sb2, sa0, sa1);
+          issue(acc_b, 1, a_desc_offset);  // B(kb+1)
+          sa0 = sa0_next, sa1 = sa1_next, sb = sb_next, sb2 = sb2_next;
+        }
+        ptx::wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_a[i]);
+        promote(acc_a, 0, sa0, sa1, sb, sb2, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+        if (kblocks(p) == 1) trace_time(traced++);
+#endif
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < Half::kAccum; ++i) ptx::fence_operand(acc_b[i]);
+        release(stage);
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
+        promote(acc_b, Half::kAccum, sa0, sa1, sb, sb2, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
+        advance();
         }
       }
 
