@@ -21,14 +21,14 @@
 //     rows (padded tiles store all 128).
 //   Tall tiles (the auto-width kernel's 192-wide body, sched::tall_expert): all rows of an expert
 //   with 129..192 x 128 columns in one tile, so that the few rows past 128 do not stream the
-//   expert's weights a second time. Warpgroup w computes its 64 rows x 128 columns and rows 128.. x columns
-//   [64w, 64w + 64); the stage holds A's rows 128.. where a 128 x 192 tile's last 64 B rows go.
+//   expert's weights a second time. Warpgroup w computes its 64 rows x 128 columns and rows
+//   128.. x columns [64w, 64w + 64); the stage holds A's rows 128.. where a 128 x 192 tile's last
+//   64 B rows go.
 //
 // Launches: every variant is sm90_gemm_body<...> (below); the fixed-width kernels run one, the
 // auto-width kernel picks the 128- or 192-wide body from the live rows on the device (its 192-wide
-// body with tall tiles). Launched as
-// a programmatic dependent (GroupedGemmArgs::dependent_launch), the producer requests the first
-// tile's weights before griddepcontrol.wait.
+// body with tall tiles). Launched as a programmatic dependent (GroupedGemmArgs::dependent_launch),
+// the producer requests the first tile's weights before griddepcontrol.wait.
 //
 // With kCluster = 2 the grid runs in 2-CTA clusters that take N-neighbour tiles (same expert, same
 // rows): each CTA multicasts one 64-row half of the shared A block into both CTAs, so each CTA
@@ -257,7 +257,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);
   int32_t* smem_tile_end = reinterpret_cast<int32_t*>(smem + Cfg::kTileEndOffset);
   int32_t* smem_tile_id = reinterpret_cast<int32_t*>(smem + Cfg::kTileIdOffset);
-  int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // kTileInfoSlots: [kStages][5]
+  int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // [kStages][kTileInfoInts]
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
