@@ -6,9 +6,10 @@
 // 256-row blocks (2-CTA clusters of M-neighbours) a block's second 128 rows are either live or past
 // the end of the expert's last block; with tall tiles (the 192-wide single CTAs) an expert with
 // 129..192 rows gets 128-wide tall tiles over all its rows and no other tile. Coverage is counted
-// per 128-row tile x 64-column block, so that tiles of both widths add up. tile_end[] is built here from its definition, independently of the device's
-// stage(); the lookup table after it with the scheduler's own fill_tile_lut() (a wrong table would
-// hand out wrong tiles, which the walk catches).
+// per 128-row tile x 64-column block, so that tiles of both widths add up. tile_end[] is built
+// here from its definition, independently of the device's stage(); the lookup table after it with
+// the scheduler's own fill_tile_lut() (a wrong table would hand out wrong tiles, which the walk
+// catches).
 #include <gtest/gtest.h>
 
 #include <map>

@@ -54,8 +54,8 @@ struct GemmRun {
 // at 192 an expert with 129..192 rows takes ceil(N / 128) tall tiles instead).
 int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
   const auto m = fp8moe::sched::touched_tiles(p.counts.data(), static_cast<int>(p.counts.size()));
-  const bool tall = block_n == 0 && fp8moe::sched::wide_tiles(m.m_tiles, m.touched);
-  if (block_n == 0) block_n = fp8moe::sched::wide_tiles(m.m_tiles, m.touched) ? 192 : 128;
+  const bool tall = block_n == 0 && fp8moe::sched::wide_tiles(m.m_tiles, m.touched);  // (the auto kernel at 192)
+  if (block_n == 0) block_n = tall ? 192 : 128;
   int64_t tiles = 0;
   for (const int32_t rows : p.counts) {
     const int64_t m_tiles = layout::ceil_div(rows, 128);
