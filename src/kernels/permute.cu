@@ -3,8 +3,9 @@
 // permute_metadata (one CTA of W warps, W <= 32 chosen so that the tables fit 48 KB):
 //   The live slots s = t * k + j (t < live tokens) are cut into W contiguous ranges, one per warp.
 //   Pass 1: each warp walks its range 32 slots at a time; lanes holding the same expert find each
-//     other with __match_any_sync and the lowest of them adds the group size to the warp's private
-//     count table[warp][e] (no two lanes touch one entry in a step, no two warps share a row).
+//     other (same_expert_lanes: MATCH.ANY, or one ballot per bit of the expert) and the lowest of
+//     them adds the group size to the warp's private count table[warp][e] (no two lanes touch one
+//     entry in a step, no two warps share a row).
 //   Scan: n_e = sum over warps; warp 0 scans round_up(n_e, 128) into start_e and writes counts[],
 //     ends[]; then each expert's column of the table becomes the first row of each warp's share:
 //     table[w][e] = start_e + sum_{w' < w} count[w'][e].
@@ -87,19 +88,54 @@ __device__ __forceinline__ int load_batch(const PermuteParams& p, int base, int 
   return invalid_count;
 }
 
+// Bits of the key expert + 1 (in [0, E]) that same_expert_lanes compares: the bit width of E.
+__device__ __forceinline__ int expert_key_bits(int num_experts) { return 32 - __clz(num_experts); }
+
+// A batch with at most this many routed lanes in its first row takes MATCH.ANY (see below).
+constexpr int kMatchMaxLanes = 8;
+
+// peers[u]: the lanes of the warp whose expert[u] (-1 or a local expert) equals this lane's, as
+// __match_any_sync(kFullMask, expert[u]) returns it. MATCH.ANY takes longer the more distinct
+// values a warp holds, on the MIO unit that all warps of the CTA share (ncu, seed 512/512: 32
+// warps x 8 matches of ~20 distinct experts each made short-scoreboard stalls 25 of every 42 cycles
+// of the one-CTA metadata kernel, ~10 us). So a full batch finds its peers with one ballot per bit
+// of the key expert + 1 instead, on each warp's own scheduler, the batch's rows interleaved; a
+// batch with few routed lanes (decode: up to 4 per warp) keeps MATCH.ANY, which is then cheaper.
+// The first row of a batch holds the most routed lanes. All 32 lanes must call it.
+__device__ __forceinline__ void same_expert_lanes(const int (&expert)[kMetadataBatch], int key_bits,
+                                                  unsigned (&peers)[kMetadataBatch]) {
+  if (__popc(__ballot_sync(kFullMask, expert[0] >= 0)) <= kMatchMaxLanes) {
+#pragma unroll
+    for (int u = 0; u < kMetadataBatch; ++u) peers[u] = __match_any_sync(kFullMask, expert[u]);
+    return;
+  }
+#pragma unroll
+  for (int u = 0; u < kMetadataBatch; ++u) peers[u] = kFullMask;
+  for (int b = 0; b < key_bits; ++b) {
+#pragma unroll
+    for (int u = 0; u < kMetadataBatch; ++u) {
+      const bool bit = (static_cast<unsigned>(expert[u] + 1) >> b) & 1u;
+      const unsigned set = __ballot_sync(kFullMask, bit);
+      peers[u] &= bit ? set : ~set;
+    }
+  }
+}
+
 // Pass 1 over the slots [lo, hi): this warp's count of each expert, added into my_table (zeroed
 // by the caller). Returns the number of invalid ids in the range (the same value in every lane).
 // `expert` keeps the last batch's experts (all of them when the range is one batch).
 __device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int hi, int lane, int32_t* my_table,
                                            int (&expert)[kMetadataBatch]) {
   const unsigned lanes_below = (1u << lane) - 1u;
+  const int key_bits = expert_key_bits(p.num_experts);
   int errors = 0;
   for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
     errors += load_batch(p, base, hi, lane, expert);
+    unsigned peers[kMetadataBatch];
+    same_expert_lanes(expert, key_bits, peers);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
-      const unsigned peers = __match_any_sync(kFullMask, expert[u]);
-      if (expert[u] >= 0 && (peers & lanes_below) == 0) my_table[expert[u]] += __popc(peers);
+      if (expert[u] >= 0 && (peers[u] & lanes_below) == 0) my_table[expert[u]] += __popc(peers[u]);
       __syncwarp();
     }
   }
@@ -237,6 +273,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   __syncthreads();
 
   // ---- pass 2: rows
+  const int key_bits = expert_key_bits(num_experts);
   for (int base = range.lo; base < range.hi; base += kMetadataBatch * kWarp) {
     int expert[kMetadataBatch];
     if (one_batch) {  // the same slots as pass 1: no second round of dependent loads
@@ -245,14 +282,15 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
     } else {
       load_batch(p, base, range.hi, lane, expert);
     }
+    unsigned peers[kMetadataBatch];
+    same_expert_lanes(expert, key_bits, peers);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
       const int e = expert[u];
-      const unsigned peers = __match_any_sync(kFullMask, e);
       const int s = base + u * kWarp + lane;
-      if (s < range.hi) p.row_of[s] = e >= 0 ? my_table[e] + __popc(peers & lanes_below) : -1;
+      if (s < range.hi) p.row_of[s] = e >= 0 ? my_table[e] + __popc(peers[u] & lanes_below) : -1;
       __syncwarp();  // every lane has read my_table[e] before the leader moves it
-      if (e >= 0 && (peers & lanes_below) == 0) my_table[e] += __popc(peers);
+      if (e >= 0 && (peers[u] & lanes_below) == 0) my_table[e] += __popc(peers[u]);
       __syncwarp();
     }
   }
@@ -299,6 +337,10 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     const int64_t t = item / chunks;
     const int64_t chunk = item % chunks;
     const detail::LaneSlice slice = detail::lane_slice(static_cast<int>(chunk), static_cast<int>(groups), lane);
+    // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn. The
+    // first 32 slots' rows are loaded beside the values, so the item waits for one round trip.
+    const int32_t* rows_of_t = p.row_of + t * top_k;
+    int32_t lane_row = lane < top_k ? __ldg(rows_of_t + lane) : -1;
     uint32_t x[8] = {};  // 16 BF16 values, two per word
     if (slice.active) {
       const uint4* src = reinterpret_cast<const uint4*>(in + t * hidden + slice.col);
@@ -308,10 +350,9 @@ __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     uint4 codes;
     const float scale = detail::quantize_lane<kPow2>(x, codes);
     const uint32_t word = kPacked ? detail::ue8m0_chunk_word(scale, slice.active) : 0u;
-    // Lane j holds row_of[t, j0 + j] (one coalesced load); the warp walks the slots in turn.
     for (int j0 = 0; j0 < top_k; j0 += kWarp) {
       const int slots = min(kWarp, top_k - j0);
-      const int32_t lane_row = lane < slots ? __ldg(p.row_of + t * top_k + j0 + lane) : -1;
+      if (j0 > 0) lane_row = lane < slots ? __ldg(rows_of_t + j0 + lane) : -1;
       for (int j = 0; j < slots; ++j) {
         const int64_t row = __shfl_sync(kFullMask, lane_row, j);
         if (row < 0 || row >= m_cap) continue;
