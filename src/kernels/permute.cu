@@ -94,30 +94,42 @@ __device__ __forceinline__ int expert_key_bits(int num_experts) { return 32 - __
 // A batch with at most this many routed lanes in its first row takes MATCH.ANY (see below).
 constexpr int kMatchMaxLanes = 8;
 
+// same_expert_lanes for a full batch: one ballot per bit of the key expert + 1, the batch's rows
+// interleaved. Not inlined, so that the path decode takes (MATCH.ANY) stays short and contiguous:
+// inline, this code sat between the batch load and the MATCH.ANY path in both passes and cost
+// decode ~0.35 us of metadata (measured).
+__device__ __noinline__ uint4 ballot_peers(int e0, int e1, int e2, int e3, int key_bits) {
+  const unsigned key[kMetadataBatch] = {static_cast<unsigned>(e0 + 1), static_cast<unsigned>(e1 + 1),
+                                        static_cast<unsigned>(e2 + 1), static_cast<unsigned>(e3 + 1)};
+  unsigned peers[kMetadataBatch] = {kFullMask, kFullMask, kFullMask, kFullMask};
+  for (int b = 0; b < key_bits; ++b) {
+#pragma unroll
+    for (int u = 0; u < kMetadataBatch; ++u) {
+      const bool bit = (key[u] >> b) & 1u;
+      const unsigned set = __ballot_sync(kFullMask, bit);
+      peers[u] &= bit ? set : ~set;
+    }
+  }
+  return make_uint4(peers[0], peers[1], peers[2], peers[3]);
+}
+
 // peers[u]: the lanes of the warp whose expert[u] (-1 or a local expert) equals this lane's, as
 // __match_any_sync(kFullMask, expert[u]) returns it. MATCH.ANY takes longer the more distinct
 // values a warp holds, on the MIO unit that all warps of the CTA share (ncu, seed 512/512: 32
 // warps x 8 matches of ~20 distinct experts each made short-scoreboard stalls 25 of every 42 cycles
-// of the one-CTA metadata kernel, ~10 us). So a full batch finds its peers with one ballot per bit
-// of the key expert + 1 instead, on each warp's own scheduler, the batch's rows interleaved; a
-// batch with few routed lanes (decode: up to 4 per warp) keeps MATCH.ANY, which is then cheaper.
-// The first row of a batch holds the most routed lanes. All 32 lanes must call it.
+// of the one-CTA metadata kernel, ~10 us). So a full batch finds its peers with ballots instead
+// (ballot_peers), on each warp's own scheduler; a batch with few routed lanes (decode: up to 4 per
+// warp) keeps MATCH.ANY, which is then cheaper. The first row of a batch holds the most routed
+// lanes. All 32 lanes must call it.
 __device__ __forceinline__ void same_expert_lanes(const int (&expert)[kMetadataBatch], int key_bits,
                                                   unsigned (&peers)[kMetadataBatch]) {
+  static_assert(kMetadataBatch == 4, "ballot_peers takes four rows");
   if (__popc(__ballot_sync(kFullMask, expert[0] >= 0)) <= kMatchMaxLanes) {
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) peers[u] = __match_any_sync(kFullMask, expert[u]);
-    return;
-  }
-#pragma unroll
-  for (int u = 0; u < kMetadataBatch; ++u) peers[u] = kFullMask;
-  for (int b = 0; b < key_bits; ++b) {
-#pragma unroll
-    for (int u = 0; u < kMetadataBatch; ++u) {
-      const bool bit = (static_cast<unsigned>(expert[u] + 1) >> b) & 1u;
-      const unsigned set = __ballot_sync(kFullMask, bit);
-      peers[u] &= bit ? set : ~set;
-    }
+  } else {
+    const uint4 q = ballot_peers(expert[0], expert[1], expert[2], expert[3], key_bits);
+    peers[0] = q.x, peers[1] = q.y, peers[2] = q.z, peers[3] = q.w;
   }
 }
 
