@@ -1,7 +1,9 @@
 // Steps 1-2 of SPEC section 2 (see permute.cuh).
 //
 // permute_metadata (one CTA of W warps, W <= 32 chosen so that the tables fit 48 KB):
-//   The live slots s = t * k + j (t < live tokens) are cut into W contiguous ranges, one per warp.
+//   The live slots s = t * k + j (t < live tokens) are cut into W contiguous ranges, one per warp,
+//     each at least one batch of 128 slots (so at decode one warp takes them all and the sums
+//     below run over the busy warps only).
 //   Pass 1: each warp walks its range 32 slots at a time; lanes holding the same expert find each
 //     other (same_expert_lanes: MATCH.ANY, or one ballot per bit of the expert) and the lowest of
 //     them adds the group size to the warp's private count table[warp][e] (no two lanes touch one
@@ -40,7 +42,7 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kMetadataMaxWarps = 32;
-constexpr int kMetadataBatch = 4;  // slot loads in flight per lane
+constexpr int kMetadataBatch = kMetadataBatchSlots / kWarp;  // slot loads in flight per lane (4)
 constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / (kMetadataBatch * kWarp);  // one batch each
 constexpr int kMetadataSmemInts = 48 * 1024 / 4;
 constexpr int kQuantizeThreads = 256;
@@ -210,8 +212,9 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
   __syncthreads();
 
-  // This warp's slots [lo, hi).
-  const SlotRange range = metadata_slot_range(live_slots, cta, ctas, warp, num_warps);
+  // This warp's slots [lo, hi): with one CTA at least a batch per warp, so only the first
+  // busy_warps warps have slots (all of them at 32 x 128 slots; one at decode).
+  const SlotRange range = metadata_slot_range(live_slots, cta, ctas, warp, num_warps, kGrid ? 1 : kMetadataBatchSlots);
   int32_t* my_table = table + warp * num_experts;
   const unsigned lanes_below = (1u << lane) - 1u;
 
@@ -220,7 +223,8 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   const int errors = count_slots(p, range.lo, range.hi, lane, my_table, batch_experts);
   const bool one_batch = range.hi - range.lo <= kMetadataBatch * kWarp;
   if (lane == 0) warp_errors[warp] = errors;
-  __syncthreads();
+  // Busy warps are the first ones (the ranges are consecutive); the others' tables stay zero.
+  const int busy_warps = __syncthreads_count(range.hi > range.lo) / kWarp;
 
   // ---- rows per expert (and, in a grid, this CTA's base inside each expert), then the layout
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
       }
       cta_base[e] = before;
     } else {
-      for (int w = 0; w < num_warps; ++w) n += table[w * num_experts + e];
+      for (int w = 0; w < busy_warps; ++w) n += table[w * num_experts + e];
     }
     end[e] = n;  // the count for now
   }
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
     int row = start[e] + (kGrid ? cta_base[e] : 0);
-    for (int w = 0; w < num_warps; ++w) {
+    for (int w = 0; w < busy_warps; ++w) {
       const int c = table[w * num_experts + e];
       table[w * num_experts + e] = row;
       row += c;

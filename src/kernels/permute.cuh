@@ -66,16 +66,21 @@ inline int metadata_ctas(int64_t capacity, int top_k) {
   return static_cast<int>(ctas < kMetadataMaxCtas ? ctas : kMetadataMaxCtas);
 }
 // The live slots [0, live) are cut into `ctas` contiguous ranges and each of those into `warps`:
-// the range [lo, hi) of warp `warp` of CTA `cta`. Taken in (cta, warp) order the ranges visit the
-// slots in ascending order, which is what makes rows ascend in (token, slot) inside every expert.
+// the range [lo, hi) of warp `warp` of CTA `cta`, at least `min_per_warp` slots long (so the last
+// warps may get none). Taken in (cta, warp) order the ranges visit the slots in ascending order,
+// which is what makes rows ascend in (token, slot) inside every expert. The one-CTA kernel gives
+// every warp at least one batch (kMetadataBatchSlots): at decode one warp then takes all the slots
+// and the per-expert sums over the warps' tables stop at the busy warps.
+constexpr int kMetadataBatchSlots = 128;  // one batch of a metadata warp: 4 slots per lane
 struct SlotRange {
   int lo, hi;
 };
-FP8MOE_HD SlotRange metadata_slot_range(int live, int cta, int ctas, int warp, int warps) {
+FP8MOE_HD SlotRange metadata_slot_range(int live, int cta, int ctas, int warp, int warps, int min_per_warp = 1) {
   const int per_cta = (live + ctas - 1) / ctas;
   const int cta_lo = cta * per_cta < live ? cta * per_cta : live;
   const int cta_hi = cta_lo + per_cta < live ? cta_lo + per_cta : live;
-  const int per_warp = (cta_hi - cta_lo + warps - 1) / warps;
+  const int even = (cta_hi - cta_lo + warps - 1) / warps;
+  const int per_warp = even > min_per_warp ? even : min_per_warp;
   const int lo = cta_lo + warp * per_warp < cta_hi ? cta_lo + warp * per_warp : cta_hi;
   return {lo, lo + per_warp < cta_hi ? lo + per_warp : cta_hi};
 }

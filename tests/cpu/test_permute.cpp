@@ -160,7 +160,7 @@ struct Emulated {
   std::vector<int32_t> counts, ends, row_of;
 };
 Emulated emulate_metadata(const ref::Shape& s, const std::vector<int32_t>& ids, int64_t live_tokens, int ctas,
-                          int warps) {
+                          int warps, int min_per_warp = 1) {
   const int E = s.num_experts, k = s.top_k;
   const int live = static_cast<int>(live_tokens * k);
   auto expert_of = [&](int slot) { return ids[slot] >= 0 && ids[slot] < E ? ids[slot] : -1; };
@@ -168,7 +168,7 @@ Emulated emulate_metadata(const ref::Shape& s, const std::vector<int32_t>& ids, 
   std::vector<std::vector<int32_t>> cta_counts(ctas, std::vector<int32_t>(E, 0));
   for (int b = 0; b < ctas; ++b)
     for (int w = 0; w < warps; ++w) {
-      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
+      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps, min_per_warp);
       for (int slot = r.lo; slot < r.hi; ++slot)
         if (expert_of(slot) >= 0) ++cta_counts[b][expert_of(slot)];
     }
@@ -192,7 +192,7 @@ Emulated emulate_metadata(const ref::Shape& s, const std::vector<int32_t>& ids, 
       for (int earlier = 0; earlier < b; ++earlier) first[e] += cta_counts[earlier][e];
     }
     for (int w = 0; w < warps; ++w) {
-      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
+      const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps, min_per_warp);
       for (int slot = r.lo; slot < r.hi; ++slot)
         if (expert_of(slot) >= 0) out.row_of[slot] = first[expert_of(slot)]++;
     }
@@ -203,17 +203,33 @@ Emulated emulate_metadata(const ref::Shape& s, const std::vector<int32_t>& ids, 
 TEST(PermuteMetadataSplit, RangesCoverTheLiveSlotsOnceInOrder) {
   for (int live : {0, 1, 5, 127, 128, 1000, 4097, 32768, 40000})
     for (int ctas : {1, 2, 3, 7, 32, 128})
-      for (int warps : {1, 3, 8, 32}) {
-        int expected_lo = 0;
-        for (int b = 0; b < ctas; ++b)
-          for (int w = 0; w < warps; ++w) {
-            const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps);
-            ASSERT_EQ(r.lo, expected_lo) << "live " << live << " ctas " << ctas << " warps " << warps;
-            ASSERT_LE(r.lo, r.hi);
-            expected_lo = r.hi;
-          }
-        EXPECT_EQ(expected_lo, live) << "live " << live << " ctas " << ctas << " warps " << warps;
-      }
+      for (int warps : {1, 3, 8, 32})
+        for (int min_per_warp : {1, kernels::kMetadataBatchSlots}) {
+          int expected_lo = 0, busy = 0;
+          for (int b = 0; b < ctas; ++b)
+            for (int w = 0; w < warps; ++w) {
+              const kernels::SlotRange r = kernels::metadata_slot_range(live, b, ctas, w, warps, min_per_warp);
+              ASSERT_EQ(r.lo, expected_lo) << "live " << live << " ctas " << ctas << " warps " << warps;
+              ASSERT_LE(r.lo, r.hi);
+              // The kernel sums the tables of the first busy warps only: an idle warp follows none.
+              if (ctas == 1 && r.hi > r.lo) ASSERT_EQ(busy++, w) << "live " << live << " warps " << warps;
+              if (ctas == 1 && r.hi > r.lo && r.hi < live) ASSERT_GE(r.hi - r.lo, min_per_warp);
+              expected_lo = r.hi;
+            }
+          EXPECT_EQ(expected_lo, live) << "live " << live << " ctas " << ctas << " warps " << warps;
+        }
+}
+
+TEST(PermuteMetadataSplit, OneCtaGivesEveryWarpABatch) {
+  // Decode: one warp takes the slots; the seed's 512/512 (4096 slots) still uses all 32 warps.
+  EXPECT_EQ(kernels::metadata_slot_range(128, 0, 1, 0, 32, kernels::kMetadataBatchSlots).hi, 128);
+  EXPECT_EQ(kernels::metadata_slot_range(128, 0, 1, 1, 32, kernels::kMetadataBatchSlots).hi, 128);
+  EXPECT_EQ(kernels::metadata_slot_range(129, 0, 1, 1, 32, kernels::kMetadataBatchSlots).lo, 128);
+  for (int w = 0; w < 32; ++w) {
+    const kernels::SlotRange r = kernels::metadata_slot_range(4096, 0, 1, w, 32, kernels::kMetadataBatchSlots);
+    EXPECT_EQ(r.lo, 128 * w);
+    EXPECT_EQ(r.hi, 128 * w + 128);
+  }
 }
 
 TEST(PermuteMetadataSplit, AnyGridGivesTheReferencePermutation) {
@@ -232,14 +248,16 @@ TEST(PermuteMetadataSplit, AnyGridGivesTheReferencePermutation) {
     for (int32_t live : {static_cast<int32_t>(c.tokens), static_cast<int32_t>(c.tokens / 3)}) {
       const ref::Permutation want = ref::permute(s, ids.data(), &live, nullptr, 0);
       for (int ctas : {1, 2, 5, 32, 128})
-        for (int warps : {1, 8, 32}) {
-          SCOPED_TRACE("T " + std::to_string(c.tokens) + " live " + std::to_string(live) + " ctas " +
-                       std::to_string(ctas) + " warps " + std::to_string(warps));
-          const Emulated got = emulate_metadata(s, ids, live, ctas, warps);
-          ASSERT_EQ(got.counts, want.counts);
-          ASSERT_EQ(got.ends, want.ends);
-          ASSERT_EQ(got.row_of, want.row_of);
-        }
+        for (int warps : {1, 8, 32})
+          for (int min_per_warp : {1, kernels::kMetadataBatchSlots}) {
+            SCOPED_TRACE("T " + std::to_string(c.tokens) + " live " + std::to_string(live) + " ctas " +
+                         std::to_string(ctas) + " warps " + std::to_string(warps) + " min " +
+                         std::to_string(min_per_warp));
+            const Emulated got = emulate_metadata(s, ids, live, ctas, warps, min_per_warp);
+            ASSERT_EQ(got.counts, want.counts);
+            ASSERT_EQ(got.ends, want.ends);
+            ASSERT_EQ(got.row_of, want.row_of);
+          }
     }
   }
 }
