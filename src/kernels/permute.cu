@@ -97,9 +97,9 @@ __device__ __forceinline__ int expert_key_bits(int num_experts) { return 32 - __
 constexpr int kMatchMaxLanes = 8;
 
 // same_expert_lanes for a full batch: one ballot per bit of the key expert + 1, the batch's rows
-// interleaved. Not inlined, so that the path decode takes (MATCH.ANY) stays short and contiguous:
-// inline, this code sat between the batch load and the MATCH.ANY path in both passes and cost
-// decode ~0.35 us of metadata (measured).
+// interleaved. Not inlined, so that the MATCH.ANY path stays short and contiguous: inline, this
+// code sat between the batch load and MATCH.ANY in both passes and cost the batches that take
+// MATCH.ANY ~0.3 us of metadata (measured at 512/16 while its warps still had 4 slots each).
 __device__ __noinline__ uint4 ballot_peers(int e0, int e1, int e2, int e3, int key_bits) {
   const unsigned key[kMetadataBatch] = {static_cast<unsigned>(e0 + 1), static_cast<unsigned>(e1 + 1),
                                         static_cast<unsigned>(e2 + 1), static_cast<unsigned>(e3 + 1)};
@@ -120,9 +120,9 @@ __device__ __noinline__ uint4 ballot_peers(int e0, int e1, int e2, int e3, int k
 // values a warp holds, on the MIO unit that all warps of the CTA share (ncu, seed 512/512: 32
 // warps x 8 matches of ~20 distinct experts each made short-scoreboard stalls 25 of every 42 cycles
 // of the one-CTA metadata kernel, ~10 us). So a full batch finds its peers with ballots instead
-// (ballot_peers), on each warp's own scheduler; a batch with few routed lanes (decode: up to 4 per
-// warp) keeps MATCH.ANY, which is then cheaper. The first row of a batch holds the most routed
-// lanes. All 32 lanes must call it.
+// (ballot_peers), on each warp's own scheduler; a batch with few routed lanes (one token's slots,
+// routing where most ids belong to other ranks, a grid CTA's small shares) keeps MATCH.ANY, which
+// is then cheaper. The first row of a batch holds the most routed lanes. All 32 lanes must call it.
 __device__ __forceinline__ void same_expert_lanes(const int (&expert)[kMetadataBatch], int key_bits,
                                                   unsigned (&peers)[kMetadataBatch]) {
   static_assert(kMetadataBatch == 4, "ballot_peers takes four rows");
