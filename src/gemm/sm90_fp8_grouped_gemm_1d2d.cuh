@@ -341,7 +341,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           kb_first = kblocks(p) < kStages ? kblocks(p) : kStages;
           const int box = a_box_for<kLive>(t0.row_end - t0.m_row);
           const bool tall = kTall && t0.tall;
-          const int box3 = a_box_for<kLive>(t0.row_end - t0.m_row - 128);  // (tall: its rows 128..191)
+          const int box3 = a_box_for<kLive>(t0.tall_rows());  // (tall: its rows 128..191)
           const int sb_first = sb_row(t0);
           for (int s = 0; s < kb_first; ++s) {
             load_sb(s, sb_first, s);
@@ -822,7 +822,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         // stored by TMA when all 64 rows are live, else its live rows copied out (never a row
         // past the expert's end).
         const bool tall = kTall && t.tall;
-        const int tall_rows = t.row_end - t.m_row - 128;
+        const int tall_rows = t.tall_rows();
         auto block_col = [&](int h) { return tall && h == 2 ? t.n_col + 64 * warpgroup : t.n_col + 64 * h; };
         auto block_row = [&](int h) { return tall && h == 2 ? t.m_row + 128 : t.m_row + row_base; };
         ptx::named_barrier(1 + warpgroup, 128);

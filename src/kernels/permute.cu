@@ -122,7 +122,8 @@ __device__ __noinline__ uint4 ballot_peers(int e0, int e1, int e2, int e3, int k
 // of the one-CTA metadata kernel, ~10 us). So a full batch finds its peers with ballots instead
 // (ballot_peers), on each warp's own scheduler; a batch with few routed lanes (one token's slots,
 // routing where most ids belong to other ranks, a grid CTA's small shares) keeps MATCH.ANY, which
-// is then cheaper. The first row of a batch holds the most routed lanes. All 32 lanes must call it.
+// is then cheaper. The batch's first row holds the most slots, so its routed lanes decide for the
+// batch (a heuristic: either path gives the same masks). All 32 lanes must call it.
 __device__ __forceinline__ void same_expert_lanes(const int (&expert)[kMetadataBatch], int key_bits,
                                                   unsigned (&peers)[kMetadataBatch]) {
   static_assert(kMetadataBatch == 4, "ballot_peers takes four rows");

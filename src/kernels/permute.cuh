@@ -54,9 +54,10 @@ struct PermuteParams {
 // ---- how the metadata kernels cut the work (host and device; tested against the reference on the CPU)
 // Up to this many slots (capacity * top_k) one CTA of up to 32 warps takes every slot in one batch
 // of 128 per warp; above, a grid does.
-constexpr int64_t kMetadataOneCtaSlots = 4096;
+constexpr int kMetadataBatchSlots = 128;  // one batch of a metadata warp: 4 slots per lane
+constexpr int64_t kMetadataOneCtaSlots = 32 * kMetadataBatchSlots;  // 4096
 constexpr int kMetadataMaxCtas = 128;
-constexpr int kMetadataGridSlotsPerCta = 1024;  // 8 warps x one batch of 128 slots each
+constexpr int kMetadataGridSlotsPerCta = 8 * kMetadataBatchSlots;  // 8 warps x one batch each
 // CTAs of permute_metadata for a configuration: 1, or the grid (a pure function of the shapes, so
 // graph-capturable and known to the workspace planner).
 inline int metadata_ctas(int64_t capacity, int top_k) {
@@ -71,7 +72,6 @@ inline int metadata_ctas(int64_t capacity, int top_k) {
 // which is what makes rows ascend in (token, slot) inside every expert. The one-CTA kernel gives
 // every warp at least one batch (kMetadataBatchSlots): at decode one warp then takes all the slots
 // and the per-expert sums over the warps' tables stop at the busy warps.
-constexpr int kMetadataBatchSlots = 128;  // one batch of a metadata warp: 4 slots per lane
 struct SlotRange {
   int lo, hi;
 };

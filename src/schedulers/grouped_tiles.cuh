@@ -76,6 +76,8 @@ struct TileInfo {
   int32_t row_end = 0;  // rows >= row_end are not stored
   bool tall = false;    // a tall tile: rows [m_row, row_end) (129..192), kTallBlockN columns
   bool live_half[2] = {false, false};  // 64-row halves that carry live rows (get math)
+  // A tall tile's rows past its first 128 (1..64): the third block of rows its stage holds.
+  FP8MOE_HD int tall_rows() const { return row_end - m_row - layout::kTileM; }
   // A live tile's halves from its rows (the live schedule: rows [m_row, row_end) are live).
   FP8MOE_HD void set_live_halves() {
     live_half[0] = m_row < row_end;
