@@ -11,6 +11,13 @@
 // of a small L2-resident matrix, as a decode tile with <= 16 live rows loads).
 //
 //   fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N] [--flush write|clean]
+//                     [--pitch-pad BYTES] [--rotate 0|1|2] [--gemm-only]
+//
+// --pitch-pad stores each weight row K + BYTES apart (K alone in the tensor map): whether a row
+// pitch of a power of two (GEMM2's K = 2048) streams worse than another; --rotate starts each
+// tile's k-blocks at a different one (1: by tile, 2: by expert), so that the CTAs in flight do not
+// all read the same 128-byte column of their rows at once; --gemm-only runs just the GEMM's
+// variant (128 rows, one k-block per box, 6 stages, 128-byte promotion).
 //
 // Times are CUDA events around one launch (the first line gives what they add to an empty kernel
 // of the same grid); every run follows an L2 flush (--flush: bench_common.cuh's FlushMode).
@@ -34,6 +41,7 @@ constexpr int kARows = 16;
 
 struct StreamParams {
   int num_tiles, tiles_per_expert, n, bn, kb, depth, stages;
+  int rotate;  // 0: k-blocks in order; 1: tile t starts at box t % boxes; 2: at box expert % boxes
   uint32_t stage_bytes, b_bytes;  // a stage: B box (+ A box with --a)
   bool with_a;
 };
@@ -69,7 +77,9 @@ __global__ void __launch_bounds__(64, 1) tma_stream_kernel(const __grid_constant
     for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
       const int expert = t / p.tiles_per_expert;
       const int row = expert * p.n + (t % p.tiles_per_expert) * p.bn;
-      for (int b = 0; b < boxes; ++b) {
+      const int first = p.rotate == 0 ? 0 : (p.rotate == 1 ? t : expert) % boxes;
+      for (int i = 0; i < boxes; ++i) {
+        const int b = first + i < boxes ? first + i : first + i - boxes;
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         ptx::mbar_arrive_expect_tx(&full[stage], p.stage_bytes);
         uint8_t* dst = smem + stage * p.stage_bytes;
@@ -124,14 +134,25 @@ int main(int argc, char** argv) {
   std::string which = "all";
   int reps = 20;
   bench::FlushMode flush_mode = bench::FlushMode::kWrite;
+  int pitch_pad = 0, rotate = 0;
+  bool gemm_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) which = argv[++i];
+    else if (!std::strcmp(argv[i], "--pitch-pad") && i + 1 < argc) pitch_pad = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--rotate") && i + 1 < argc) rotate = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gemm-only")) gemm_only = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc && bench::parse_flush_mode(argv[i + 1], &flush_mode)) ++i;
     else {
-      std::fprintf(stderr, "usage: fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N] [--flush write|clean]\n");
+      std::fprintf(stderr,
+                   "usage: fp8moe-tma-stream [--shape seed1|seed2|qwen1|qwen2|all] [--reps N] [--flush write|clean]\n"
+                   "                         [--pitch-pad BYTES] [--rotate 0|1|2] [--gemm-only]\n");
       return 2;
     }
+  }
+  if (pitch_pad < 0 || pitch_pad % 16 || rotate < 0 || rotate > 2) {
+    std::fprintf(stderr, "fp8moe-tma-stream: --pitch-pad takes a multiple of 16 bytes, --rotate 0, 1 or 2\n");
+    return 2;
   }
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
@@ -184,13 +205,18 @@ int main(int argc, char** argv) {
               time_cold([&] { empty_kernel<<<sms, 64>>>(); }).median);
   for (const Shape& s : kShapes) {
     if (which != "all" && which != s.name) continue;
-    const size_t bytes = static_cast<size_t>(s.experts) * s.n * s.k;
+    const size_t bytes = static_cast<size_t>(s.experts) * s.n * s.k;  // streamed (the pitch padding is not read)
+    const size_t pitch = static_cast<size_t>(s.k) + pitch_pad;
     uint8_t* b = nullptr;
-    BENCH_CUDA(cudaMalloc(&b, bytes));
-    bench::fill_random_fp8(b, bytes, 11);
-    std::printf("\n%s: %d experts, N %d, K %d, %.1f MB of weights\n", s.name, s.experts, s.n, s.k, bytes / 1e6);
+    BENCH_CUDA(cudaMalloc(&b, static_cast<size_t>(s.experts) * s.n * pitch));
+    bench::fill_random_fp8(b, static_cast<size_t>(s.experts) * s.n * pitch, 11);
+    std::printf("\n%s: %d experts, N %d, K %d (row pitch %zu bytes, k-block rotation %d), %.1f MB of weights\n",
+                s.name, s.experts, s.n, s.k, pitch, rotate, bytes / 1e6);
     std::printf("%5s %5s %6s %5s %3s %8s %8s %8s\n", "BN", "depth", "stages", "promo", "A", "us", "TB/s", "ceiling");
     for (const Variant& v : variants) {
+      if (gemm_only && !(v.bn == 128 && v.depth == 1 && v.stages == 6 && !v.with_a &&
+                         v.promo == CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+        continue;
       const int kb = s.k / 128;
       if (kb % v.depth) continue;
       const uint32_t b_bytes = v.bn * 128 * v.depth;
@@ -200,7 +226,7 @@ int main(int argc, char** argv) {
       if (smem > 227 * 1024) continue;
       CUtensorMap map_b, map_a;
       const uint64_t dims[3] = {128, static_cast<uint64_t>(s.experts) * s.n, static_cast<uint64_t>(kb)};
-      const uint64_t strides[2] = {static_cast<uint64_t>(s.k), 128};
+      const uint64_t strides[2] = {static_cast<uint64_t>(pitch), 128};
       const uint32_t box[3] = {128, static_cast<uint32_t>(v.bn), static_cast<uint32_t>(v.depth)};
       if (!gemm::encode_tiled(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, b, dims, strides, box,
                               CU_TENSOR_MAP_SWIZZLE_128B, v.promo) ||
@@ -220,6 +246,7 @@ int main(int argc, char** argv) {
       p.stage_bytes = stage_bytes_aligned;
       p.b_bytes = b_bytes;
       p.with_a = v.with_a;
+      p.rotate = rotate;
       const bench::Stats st = time_cold([&] { tma_stream_kernel<<<sms, 64, smem>>>(map_b, map_a, p, sink); });
       const double tbps = bytes / (st.median * 1e-6) / 1e12;
       std::printf("%5d %5d %6d %5s %3s %8.1f %8.3f %7.1f%%\n", v.bn, v.depth, v.stages, promo_name(v.promo),
