@@ -38,7 +38,7 @@ enum Mode { kFull = 0, kFullPromote = 1, kSplit = 2 };
 const char* const kModeNames[] = {"full", "full+prom", "split"};
 
 constexpr int kBlockK = 128;
-constexpr int kRingStages = 4;
+[[maybe_unused]] constexpr int kRingStages = 4;  // (used in device code only)
 
 // Run-time options (see main's usage).
 struct Opts {
