@@ -317,15 +317,21 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           ptx::cp_async_mbar_arrive(&full[s]);
         }
       };
+      // The bytes a stage of a 128 x BN tile receives: A's box of `box` rows and its scales (none
+      // for an M-pair CTA without live rows) and the B tile.
+      auto stage_bytes_for = [&](int box, bool a_loaded) -> uint32_t {
+        return (a_loaded ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBoxBytes : 0) + Cfg::kBBytes;
+      };
       // Tall tiles: a stage's bytes (A's first 128 rows, its rows 128.. in a box of box3, both rows'
       // scales, the 128 x 128 B block), and the loads of those rows and scales into stage s.
       auto tall_stage_bytes = [&](int box3) -> uint32_t {
-        return (128 + a_box_rows(box3)) * Cfg::kBlockK + 2 * Cfg::kSfaBoxBytes + sched::kTallBlockN * Cfg::kBlockK;
+        return (Cfg::kBlockM + a_box_rows(box3)) * Cfg::kBlockK + 2 * Cfg::kSfaBoxBytes +
+               sched::kTallBlockN * Cfg::kBlockK;
       };
       auto load_tall_rows = [&](int s, int kb, int m_row, int box3) {
         ptx::tma_load_2d_hint(smem_b + s * Cfg::kBBytes + Cfg::kTallA3Offset, &p.map_a[box3], &full[s],
-                              kb * Cfg::kBlockK, m_row + 128, pol_a);
-        ptx::tma_load_2d(smem_sfa + s * Cfg::kSfaRows + 128, &p.map_sfa, &full[s], m_row + 128, kb);
+                              kb * Cfg::kBlockK, m_row + Cfg::kBlockM, pol_a);
+        ptx::tma_load_2d(smem_sfa + s * Cfg::kSfaRows + Cfg::kBlockM, &p.map_sfa, &full[s], m_row + Cfg::kBlockM, kb);
       };
       // Programmatic dependent launch (kernels/launch.cuh): before waiting for the previous kernel,
       // request the first tile's weights for the whole ring (they do not depend on it), on an SM
@@ -345,9 +351,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           const int sb_first = sb_row(t0);
           for (int s = 0; s < kb_first; ++s) {
             load_sb(s, sb_first, s);
-            const uint32_t bytes =
-                tall ? tall_stage_bytes(box3) : a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBoxBytes + Cfg::kBBytes;
-            ptx::mbar_arrive_expect_tx(&full[s], bytes);
+            ptx::mbar_arrive_expect_tx(&full[s], tall ? tall_stage_bytes(box3) : stage_bytes_for(box, true));
             ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, tall ? &p.map_b[0] : map_b, &full[s], s * Cfg::kBlockK,
                              t0.expert * p.n + t0.n_col);
 #if FP8MOE_GEMM_TRACE
@@ -387,11 +391,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         // stage, and the 192-wide GEMMs 14% slower at prefill; perf notes v22).
         auto request_tile = [&](auto tall_tile) {
           constexpr bool kTallTile = decltype(tall_tile)::value;
-          const int box3 = a_box_for<kLive>(live_rows - 128);  // (tall: its rows 128..191)
+          const int box3 = a_box_for<kLive>(live_rows - Cfg::kBlockM);  // (tall: its rows 128..191)
           [[maybe_unused]] const CUtensorMap* map_b_tile = kTallTile ? &p.map_b[0] : map_b;
-          const uint32_t stage_bytes =
-              kTallTile ? tall_stage_bytes(box3)
-                        : (cta_live ? a_box_rows(box) * Cfg::kBlockK + Cfg::kSfaBoxBytes : 0) + Cfg::kBBytes;
+          const uint32_t stage_bytes = kTallTile ? tall_stage_bytes(box3) : stage_bytes_for(box, cta_live);
           for (int kb = kb_first; kb < kblocks(p); ++kb) {
             // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
             const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
