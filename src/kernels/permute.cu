@@ -138,15 +138,15 @@ __device__ __forceinline__ void same_expert_lanes(const int (&expert)[kMetadataB
 
 // Pass 1 over the slots [lo, hi): this warp's count of each expert, added into my_table (zeroed
 // by the caller). Returns the number of invalid ids in the range (the same value in every lane).
-// `expert` keeps the last batch's experts (all of them when the range is one batch).
+// `expert` and `peers` keep the last batch's experts and peer masks (all of them when the range is
+// one batch).
 __device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int hi, int lane, int32_t* my_table,
-                                           int (&expert)[kMetadataBatch]) {
+                                           int (&expert)[kMetadataBatch], unsigned (&peers)[kMetadataBatch]) {
   const unsigned lanes_below = (1u << lane) - 1u;
   const int key_bits = expert_key_bits(p.num_experts);
   int errors = 0;
   for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
     errors += load_batch(p, base, hi, lane, expert);
-    unsigned peers[kMetadataBatch];
     same_expert_lanes(expert, key_bits, peers);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(kMetadataGridWarps * kWarp) permute_count_kern
   const int live_slots = static_cast<int>(detail::live_tokens(p.num_tokens, p.tokens) * p.top_k);
   const SlotRange r = metadata_slot_range(live_slots, blockIdx.x, gridDim.x, warp, num_warps);
   int expert[kMetadataBatch];
-  const int errors = count_slots(p, r.lo, r.hi, lane, table + warp * num_experts, expert);
+  unsigned peers[kMetadataBatch];
+  const int errors = count_slots(p, r.lo, r.hi, lane, table + warp * num_experts, expert, peers);
   if (lane == 0) warp_errors[warp] = errors;
   __syncthreads();
   int32_t* mine = p.cta_counts + static_cast<int64_t>(blockIdx.x) * (num_experts + 1);
@@ -220,8 +221,10 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   const unsigned lanes_below = (1u << lane) - 1u;
 
   // ---- pass 1: per-warp counts
-  int batch_experts[kMetadataBatch];  // a one-batch range (every decode case) keeps its experts for pass 2
-  const int errors = count_slots(p, range.lo, range.hi, lane, my_table, batch_experts);
+  // A one-batch range (every decode case) keeps its experts and their peer masks for pass 2.
+  int batch_experts[kMetadataBatch];
+  unsigned batch_peers[kMetadataBatch] = {};
+  const int errors = count_slots(p, range.lo, range.hi, lane, my_table, batch_experts, batch_peers);
   const bool one_batch = range.hi - range.lo <= kMetadataBatch * kWarp;
   if (lane == 0) warp_errors[warp] = errors;
   // Busy warps are the first ones (the ranges are consecutive); the others' tables stay zero.
@@ -293,14 +296,14 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   const int key_bits = expert_key_bits(num_experts);
   for (int base = range.lo; base < range.hi; base += kMetadataBatch * kWarp) {
     int expert[kMetadataBatch];
-    if (one_batch) {  // the same slots as pass 1: no second round of dependent loads
+    unsigned peers[kMetadataBatch];
+    if (one_batch) {  // the same slots as pass 1: no second round of loads or peer matching
 #pragma unroll
-      for (int u = 0; u < kMetadataBatch; ++u) expert[u] = batch_experts[u];
+      for (int u = 0; u < kMetadataBatch; ++u) expert[u] = batch_experts[u], peers[u] = batch_peers[u];
     } else {
       load_batch(p, base, range.hi, lane, expert);
+      same_expert_lanes(expert, key_bits, peers);
     }
-    unsigned peers[kMetadataBatch];
-    same_expert_lanes(expert, key_bits, peers);
 #pragma unroll
     for (int u = 0; u < kMetadataBatch; ++u) {
       const int e = expert[u];
