@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fp8moe_build_info.hpp"  // generated: FP8MOE_BUILD_COMMIT
+#include "ptx/ptx.cuh"
 
 namespace fp8moe::bench {
 
@@ -55,31 +56,19 @@ __global__ void __launch_bounds__(32) bulk_read_kernel(const uint8_t* __restrict
   extern __shared__ __align__(128) uint8_t buf[];
   __shared__ uint64_t bars[kBulkSlots];
   if (threadIdx.x != 0) return;
-  for (int i = 0; i < kBulkSlots; ++i)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&bars[i]))));
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  for (int i = 0; i < kBulkSlots; ++i) ptx::mbar_init(&bars[i], 1);
+  ptx::fence_barrier_init();
   uint32_t phase_bits = 0;
   size_t issued = 0;
   auto wait = [&](int slot) {
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&bars[slot]));
-    const uint32_t parity = (phase_bits >> slot) & 1u;
-    uint32_t done = 0;
-    while (!done)
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
+    ptx::mbar_wait(&bars[slot], (phase_bits >> slot) & 1u);
     phase_bits ^= 1u << slot;
   };
   for (size_t c = blockIdx.x; c < chunks; c += gridDim.x, ++issued) {
     const int slot = static_cast<int>(issued % slots);
     if (issued >= static_cast<size_t>(slots)) wait(slot);
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&bars[slot]));
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(buf + slot * kBulkChunk));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kBulkChunk) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src + c * kBulkChunk), "r"(kBulkChunk), "r"(bar)
-                 : "memory");
+    ptx::mbar_arrive_expect_tx(&bars[slot], kBulkChunk);
+    ptx::bulk_load(buf + slot * kBulkChunk, src + c * kBulkChunk, kBulkChunk, &bars[slot]);
   }
   for (size_t i = issued > static_cast<size_t>(slots) ? issued - slots : 0; i < issued; ++i)
     wait(static_cast<int>(i % slots));

@@ -17,10 +17,19 @@
 // Options add what the GEMM does around the loop, to see what each costs: --ring (a producer warp
 // and full/empty mbarriers per k-block, no data moved), --scales (two A scales from shared memory
 // and a B scale from global memory, one k-block ahead, folded into the promotion), --stagger,
-// --zeros (all-zero operands).
+// --zeros (all-zero operands), and --copy l2|hbm: while the math runs, lane 0 of warp 9 (with
+// --copy-threads T: of warps 9..8+T; with --copy-lanes: lanes 0..T-1 of warp 9) streams bulk copies
+// (cp.async.bulk, --copy-bytes each, default 8 KB; --copy-stages in flight, default 12, shared
+// among the threads) from an L2-resident buffer or from HBM into shared memory the math never
+// reads, as TMA fills the GEMM's ring. Does the tensor pipe slow down while shared memory takes
+// those writes, and does the copy slow down while the tensor pipe runs? A `copy alone` line gives
+// the copy's rate with no math, and every line the first copying thread's clocks per copy in its
+// wait for the stage, its arrive.expect_tx and its copy's issue (clock64 around each, so the loop
+// is a little slower than without them). --copy-test-wait tries test_wait before try_wait.
 // Reports FP8 FLOP per cycle per SM (dense peak: 8192 on H100/H200) from clock64 in each CTA.
 //
-//   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales]
+//   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm]
+//                     [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B] [--copy-test-wait]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,6 +48,11 @@ const char* const kModeNames[] = {"full", "full+prom", "split"};
 
 constexpr int kBlockK = 128;
 [[maybe_unused]] constexpr int kRingStages = 4;  // (used in device code only)
+// --copy: a ring of up to kCopyMaxStages copies, kCopyMaxBytes in all, at kCopyOffset of the
+// (aligned) shared memory, past the largest operand tiles (2 x (16 + 32) KB) and the barriers.
+constexpr int kCopyMaxStages = 15;
+constexpr int kCopyMaxBytes = 120 * 1024;  // the ring's size
+constexpr int kCopyOffset = 100 * 1024;
 
 // Run-time options (see main's usage).
 struct Opts {
@@ -46,8 +60,18 @@ struct Opts {
   bool stagger = false;  // warpgroup 1 starts one k-block late (full loops)
   bool ring = false;     // a producer warp and full/empty mbarriers per k-block, as in the GEMM
   bool scales = false;   // per k-block: two A scales from shared memory, one B scale from global
+  int copy = 0;          // bulk copies into unread shared memory: 0 none, 1 from L2, 2 from HBM
+  const uint8_t* copy_src = nullptr;
+  size_t copy_window = 0;  // bytes each CTA cycles through, from window blockIdx.x % copy_windows
+  int copy_windows = 1;
+  int copy_stages = 12;         // copies in flight, shared by
+  int copy_threads = 1;         // the threads that issue them (1..3)
+  bool copy_lanes = false;      // those threads are lanes of one warp instead of lane 0 of each warp
+  int copy_bytes = 8192;        // bytes per copy
+  bool copy_test_wait = false;  // test the stage with test_wait before waiting with try_wait
 };
-constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory: one CTA per SM
+// More than half an SM's shared memory: one CTA per SM (the operands, the copy ring, alignment).
+constexpr int kSmemBytes = kCopyOffset + kCopyMaxBytes + 1024;
 
 
 // kZero: how a k-block's accumulators start. 0: they keep accumulating (scale-d = 1); 1: the
@@ -55,7 +79,8 @@ constexpr int kSmemBytes = 160 * 1024;  // more than half an SM's shared memory:
 // promotion zeroes them with register moves and the wgmma accumulate.
 template <int kN, int kMode, int kZero>
 __global__ void __launch_bounds__(384, 1)
-    wgmma_rate_kernel(int kblocks, int warpgroups, Opts o, const float* b_scales, float* sink, long long* cycles) {
+    wgmma_rate_kernel(int kblocks, int warpgroups, Opts o, const float* b_scales, float* sink, long long* cycles,
+                      unsigned long long* copied, long long* copy_spent) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace fp8moe;
   constexpr bool kSplitLoop = kMode == kSplit;
@@ -73,6 +98,10 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + 2 * (kA + kB) + 16);
   uint64_t* empty = full + kRingStages;
   float* a_scales = reinterpret_cast<float*>(empty + kRingStages);  // [kRingStages][128]
+  uint64_t* copy_full = reinterpret_cast<uint64_t*>(a_scales + kRingStages * 128);
+  volatile int* math_done = turn + 1;
+  static_assert(2 * (128 + 256) * kBlockK + 16 + 8 * 2 * kRingStages + 4 * 128 * kRingStages + 8 * kCopyMaxStages <=
+                kCopyOffset);
   for (int i = threadIdx.x; i < kRingStages * 128; i += blockDim.x) a_scales[i] = 1.0f + 1e-3f * (i % 5);
   if (threadIdx.x == 0) {
     *turn = 0;
@@ -80,6 +109,8 @@ __global__ void __launch_bounds__(384, 1)
       ptx::mbar_init(&full[r], 1);
       ptx::mbar_init(&empty[r], 4 * warpgroups);
     }
+    *math_done = 0;
+    for (int r = 0; r < kCopyMaxStages; ++r) ptx::mbar_init(&copy_full[r], 1);
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -95,6 +126,48 @@ __global__ void __launch_bounds__(384, 1)
         ptx::mbar_arrive(&full[r]);
         if (++r == kRingStages) r = 0, ph ^= 1u;
       }
+    }
+    // The copying threads: lane 0 of warps 9, 10, 11 or (--copy-lanes) lanes 0, 1, 2 of warp 9.
+    const int copier =
+        o.copy_lanes ? static_cast<int>(threadIdx.x) - 288 : (static_cast<int>(threadIdx.x) - 288) / 32;
+    if (o.copy && (o.copy_lanes || threadIdx.x % 32 == 0) && copier >= 0 && copier < o.copy_threads) {
+      // Streams until the math is done (or, with no math warpgroups, for 2 x kblocks copies in all
+      // and times itself); every copy in flight is waited for before the CTA exits. Each copying
+      // thread has its own share of the stages and of the window.
+      const int stages = o.copy_stages / o.copy_threads;
+      uint64_t* copy_full_own = copy_full + copier * stages;
+      uint8_t* ring = smem + kCopyOffset + copier * stages * o.copy_bytes;
+      const uint8_t* src = o.copy_src + (blockIdx.x % o.copy_windows) * o.copy_window;
+      size_t offset = copier * o.copy_bytes;
+      const unsigned long long copies_alone = 2ull * kblocks / o.copy_threads;  // (no math warpgroups)
+      unsigned long long n = 0;
+      int r = 0;           // the stage copy n goes to
+      uint32_t phase = 0;  // the parity of that stage's previous copy, once every stage has one
+      const long long start = clock64();
+      long long spent[3] = {0, 0, 0};  // clocks in the wait, the arrive and the copy's issue
+      for (;; ++n) {
+        const long long t0 = clock64();
+        if (n >= static_cast<unsigned long long>(stages) &&
+            !(o.copy_test_wait && ptx::mbar_test_wait(&copy_full_own[r], phase)))
+          ptx::mbar_wait(&copy_full_own[r], phase);
+        if (warpgroups > 0 ? *math_done != 0 : n == copies_alone) break;
+        const long long t1 = clock64();
+        ptx::mbar_arrive_expect_tx(&copy_full_own[r], o.copy_bytes);
+        const long long t2 = clock64();
+        ptx::bulk_load(ring + r * o.copy_bytes, src + offset, o.copy_bytes, &copy_full_own[r]);
+        const long long t3 = clock64();
+        spent[0] += t1 - t0, spent[1] += t2 - t1, spent[2] += t3 - t2;
+        offset += o.copy_threads * o.copy_bytes;
+        if (offset >= o.copy_window) offset -= o.copy_window;
+        if (++r == stages) r = 0, phase ^= n >= static_cast<unsigned long long>(stages) ? 1u : 0u;
+      }
+      // The copies still in flight: the stages after r (in ring order), up to n of them.
+      for (int i = 1; i < stages && static_cast<unsigned long long>(i) <= n; ++i)  // copy n - i
+        ptx::mbar_wait(&copy_full_own[(r + stages - i) % stages], static_cast<uint32_t>((n - i) / stages) & 1u);
+      if (warpgroups == 0 && copier == 0) cycles[blockIdx.x] = clock64() - start;
+      if (copier == 0 && n > 0)
+        for (int i = 0; i < 3; ++i) copy_spent[blockIdx.x * 3 + i] = spent[i] / static_cast<long long>(n);
+      atomicAdd(&copied[blockIdx.x], n * o.copy_bytes);
     }
     return;
   }
@@ -196,7 +269,10 @@ __global__ void __launch_bounds__(384, 1)
   }
   ptx::named_barrier(1, 128 * warpgroups);
   const long long stop = clock64();
-  if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
+  if (threadIdx.x == 0) {
+    cycles[blockIdx.x] = stop - start;
+    *math_done = 1;
+  }
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < kOut; ++i) s += out[i];
@@ -206,31 +282,49 @@ __global__ void __launch_bounds__(384, 1)
 
 template <int kN, int kMode, int kZero = 0>
 void run(int warpgroups, int kblocks, const Opts& o, int sms, const float* b_scales, float* sink,
-         long long* d_cycles) {
+         long long* d_cycles, unsigned long long* d_copied, long long* d_spent) {
   if (o.ring && kMode == kSplit) return;  // (the ring and scales are modelled in the full loops only)
   const int threads = 384;
   auto kernel = wgmma_rate_kernel<kN, kMode, kZero>;
   BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);  // warm-up (clocks up)
+  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles, d_copied, d_spent);  // warm-up (clocks up)
   BENCH_CUDA(cudaGetLastError());
   cudaEvent_t e0, e1;
   BENCH_CUDA(cudaEventCreate(&e0));
   BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaMemset(d_copied, 0, sms * sizeof(unsigned long long)));
   BENCH_CUDA(cudaEventRecord(e0));
-  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles);
+  kernel<<<sms, threads, kSmemBytes>>>(kblocks, warpgroups, o, b_scales, sink, d_cycles, d_copied, d_spent);
   BENCH_CUDA(cudaEventRecord(e1));
   BENCH_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
   BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
   std::vector<long long> cycles(sms);
   BENCH_CUDA(cudaMemcpy(cycles.data(), d_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+  std::vector<unsigned long long> copied(sms);
+  BENCH_CUDA(cudaMemcpy(copied.data(), d_copied, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  double copy_per_clk = 0;  // bytes per SM clock, summed over CTAs / summed cycles
+  for (int i = 0; i < sms; ++i) copy_per_clk += static_cast<double>(copied[i]) / cycles[i] / sms;
   std::sort(cycles.begin(), cycles.end());
+  const double ghz = cycles[sms / 2] / (ms * 1e-3) / 1e9;
+  std::vector<long long> spent(3 * sms);  // CTA 0's first copying thread: clocks per copy in each step
+  BENCH_CUDA(cudaMemcpy(spent.data(), d_spent, spent.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  if (warpgroups == 0) {
+    std::printf("copy alone  %s  %5.1f B/clk/SM  %6.1f GB/s per SM  %.2f GHz  per copy: wait %lld arrive %lld issue %lld clk\n",
+                o.copy == 1 ? "L2 " : "HBM", copy_per_clk, copy_per_clk * ghz, ghz, spent[0], spent[1], spent[2]);
+    BENCH_CUDA(cudaEventDestroy(e0));
+    BENCH_CUDA(cudaEventDestroy(e1));
+    return;
+  }
   const double flop_per_cta = 2.0 * 64 * warpgroups * kN * kBlockK * kblocks;
   const double per_clk = flop_per_cta / cycles[sms / 2];
   const double tflops = flop_per_cta * sms / (ms * 1e-3) / 1e12;
-  std::printf("%-11s z%d N=%3d  WGs=%d  %7.0f FLOP/clk/SM (%5.1f%% of 8192)  %6.0f TFLOP/s  %.2f GHz\n",
-              kModeNames[kMode], kZero, kN, warpgroups, per_clk, 100.0 * per_clk / 8192, tflops,
-              cycles[sms / 2] / (ms * 1e-3) / 1e9);
+  std::printf("%-11s z%d N=%3d  WGs=%d  %7.0f FLOP/clk/SM (%5.1f%% of 8192)  %6.0f TFLOP/s  %.2f GHz", kModeNames[kMode],
+              kZero, kN, warpgroups, per_clk, 100.0 * per_clk / 8192, tflops, ghz);
+  if (o.copy)
+    std::printf("  copy %s %5.1f B/clk/SM (wait %lld arrive %lld issue %lld)", o.copy == 1 ? "L2 " : "HBM", copy_per_clk,
+                spent[0], spent[1], spent[2]);
+  std::printf("\n");
   BENCH_CUDA(cudaEventDestroy(e0));
   BENCH_CUDA(cudaEventDestroy(e1));
 }
@@ -246,9 +340,24 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--stagger")) o.stagger = true;
     else if (!std::strcmp(argv[i], "--ring")) o.ring = true;
     else if (!std::strcmp(argv[i], "--scales")) o.scales = true;
-    else kblocks = 0;
+    else if (!std::strcmp(argv[i], "--copy") && i + 1 < argc && !std::strcmp(argv[i + 1], "l2")) o.copy = 1, ++i;
+    else if (!std::strcmp(argv[i], "--copy") && i + 1 < argc && !std::strcmp(argv[i + 1], "hbm")) o.copy = 2, ++i;
+    else if (!std::strcmp(argv[i], "--copy-stages") && i + 1 < argc) {
+      o.copy_stages = std::atoi(argv[++i]);
+      if (o.copy_stages < 1 || o.copy_stages > kCopyMaxStages) kblocks = 0;
+    } else if (!std::strcmp(argv[i], "--copy-threads") && i + 1 < argc) {
+      o.copy_threads = std::atoi(argv[++i]);
+      if (o.copy_threads < 1 || o.copy_threads > 3) kblocks = 0;
+    } else if (!std::strcmp(argv[i], "--copy-test-wait")) {
+      o.copy_test_wait = true;
+    } else if (!std::strcmp(argv[i], "--copy-lanes")) {
+      o.copy_lanes = true;
+    } else if (!std::strcmp(argv[i], "--copy-bytes") && i + 1 < argc) {
+      o.copy_bytes = std::atoi(argv[++i]);
+      if (o.copy_bytes < 1024 || o.copy_bytes % 1024) kblocks = 0;
+    } else kblocks = 0;
     if (kblocks < 1) {
-      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales]\n");
+      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm] [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B] [--copy-test-wait]\n");
       return 2;
     }
   }
@@ -271,22 +380,50 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaMemcpy(b_scales, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
   BENCH_CUDA(cudaMalloc(&cycles, sms * sizeof(long long)));
+  long long* spent = nullptr;
+  BENCH_CUDA(cudaMalloc(&spent, 3 * sms * sizeof(long long)));
+  BENCH_CUDA(cudaMemset(spent, 0, 3 * sms * sizeof(long long)));
+  unsigned long long* copied = nullptr;
+  BENCH_CUDA(cudaMalloc(&copied, sms * sizeof(unsigned long long)));
+  BENCH_CUDA(cudaMemset(copied, 0, sms * sizeof(unsigned long long)));
+  if (o.copy_stages * o.copy_bytes > kCopyMaxBytes || o.copy_stages < o.copy_threads) {
+    std::fprintf(stderr, "--copy-stages x --copy-bytes must fit %d bytes, with a stage per copying thread\n",
+                 kCopyMaxBytes);
+    return 2;
+  }
+  // --copy: 16 windows of 1 MB (L2-resident, shared by the CTAs) or one window of ~4 GB / sms per
+  // CTA (every copy from HBM).
+  uint8_t* copy_buf = nullptr;
+  if (o.copy) {
+    o.copy_windows = o.copy == 1 ? 16 : sms;
+    const size_t unit = static_cast<size_t>(o.copy_threads) * o.copy_bytes;  // each thread's copies interleave
+    o.copy_window = (o.copy == 1 ? (size_t{1} << 20) : (size_t{4} << 30) / sms) / unit * unit;
+    BENCH_CUDA(cudaMalloc(&copy_buf, o.copy_windows * o.copy_window));
+    BENCH_CUDA(cudaMemset(copy_buf, 0x3C, o.copy_windows * o.copy_window));
+    o.copy_src = copy_buf;
+    Opts alone = o;  // the copy alone (no ring: its barriers expect math warps)
+    alone.ring = false;
+    run<128, kFull>(0, kblocks, alone, sms, b_scales, sink, cycles, copied, spent);
+  }
   for (int wgs : {1, 2}) {
-    run<128, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<192, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<256, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<128, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<192, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<128, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<192, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<128, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<192, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<128, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<192, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
-    run<256, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles);
+    run<128, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<192, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<256, kFull>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<128, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<192, kFullPromote>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<128, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<192, kFullPromote, 1>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<128, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<192, kFullPromote, 2>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<128, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<192, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
+    run<256, kSplit>(wgs, kblocks, o, sms, b_scales, sink, cycles, copied, spent);
   }
   BENCH_CUDA(cudaFree(sink));
   BENCH_CUDA(cudaFree(b_scales));
   BENCH_CUDA(cudaFree(cycles));
+  BENCH_CUDA(cudaFree(copied));
+  BENCH_CUDA(cudaFree(spent));
+  if (copy_buf) BENCH_CUDA(cudaFree(copy_buf));
   return 0;
 }
