@@ -41,7 +41,6 @@ namespace {
 using detail::kFullMask;
 using detail::kWarp;
 
-constexpr int kMetadataMaxWarps = 32;
 constexpr int kMetadataBatch = kMetadataBatchSlots / kWarp;  // slot loads in flight per lane (4)
 constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / (kMetadataBatch * kWarp);  // one batch each
 constexpr int kMetadataSmemInts = 48 * 1024 / 4;

@@ -55,7 +55,8 @@ struct PermuteParams {
 // Up to this many slots (capacity * top_k) one CTA of up to 32 warps takes every slot in one batch
 // of 128 per warp; above, a grid does.
 constexpr int kMetadataBatchSlots = 128;  // one batch of a metadata warp: 4 slots per lane
-constexpr int64_t kMetadataOneCtaSlots = 32 * kMetadataBatchSlots;  // 4096
+constexpr int kMetadataMaxWarps = 32;     // warps of the one-CTA kernel
+constexpr int64_t kMetadataOneCtaSlots = kMetadataMaxWarps * kMetadataBatchSlots;  // 4096
 constexpr int kMetadataMaxCtas = 128;
 constexpr int kMetadataGridSlotsPerCta = 8 * kMetadataBatchSlots;  // 8 warps x one batch each
 // CTAs of permute_metadata for a configuration: 1, or the grid (a pure function of the shapes, so
