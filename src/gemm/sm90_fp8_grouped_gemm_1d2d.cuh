@@ -57,7 +57,12 @@
 
 // Ablation builds for performance investigation only (never the default): -DFP8MOE_GEMM_ABLATE=
 //   2 no math (and so no stores), 3 no TMA loads (math on stale shared memory), 4 no global stores
-//   (the epilogue still stages its tile in shared memory).
+//   (the epilogue still stages its tile in shared memory), 8 supply and math decoupled: a thread of
+//   the producer warpgroup consumes the ring (waits for each stage, releases it at once) while the
+//   math warpgroups compute a static share of the tiles on whatever the ring holds, their waits
+//   for data going to a barrier that never changes phase, releasing no stage (are the two slower
+//   together than alone?). The math-bearing builds (3, 4, 8) must keep the wgmma pipelined: the
+//   codegen check fails on ptxas' C75xx notes for them too.
 #ifndef FP8MOE_GEMM_ABLATE
 #define FP8MOE_GEMM_ABLATE 0
 #endif
@@ -252,6 +257,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   uint8_t* smem_d = smem + Cfg::kDOffset;  // 2 x kDBytes
   float* smem_sfa = reinterpret_cast<float*>(smem + Cfg::kSfaOffset);
   float* smem_sfb = reinterpret_cast<float*>(smem + Cfg::kSfbOffset);  // kScalesInRing: one per stage
+#if FP8MOE_GEMM_ABLATE == 8
+  __shared__ uint64_t ablate8_idle_bar;
+#endif
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kFullOffset);
   uint64_t* empty = reinterpret_cast<uint64_t*>(smem + Cfg::kEmptyOffset);
   int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);
@@ -282,6 +290,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       ptx::mbar_init(&full[s], Cfg::kFullArrivals);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
     }
+#if FP8MOE_GEMM_ABLATE == 8
+    ptx::mbar_init(&ablate8_idle_bar, 1);
+#endif
     ptx::fence_barrier_init();
   }
   if constexpr (kLive) {
@@ -472,6 +483,27 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if constexpr (Cfg::kTileInfoSlots) smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
         ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
+    } else if (FP8MOE_GEMM_ABLATE == 8 && threadIdx.x == 288) {  // the ring's stand-in consumer
+      int stage = 0;
+      uint32_t phase = 0;
+      sched::TileInfo t;
+      int id = first_tile_id<kCluster>();
+      for (bool first = true;; first = false) {
+        if (dynamic && !first) {  // published with the tile's first k-block (or the end)
+          ptx::mbar_wait(&full[stage], phase);
+          id = smem_tile_id[stage];
+        }
+        if (!scheduler.get(id, t)) break;
+        for (int kb = 0; kb < kblocks(p); ++kb) {
+          ptx::mbar_wait(&full[stage], phase);
+          ptx::mbar_arrive_n(&empty[stage], 8 * kCluster);  // (clusters: this CTA's count only)
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+        if (!dynamic) id += tile_id_step<kCluster>();
+      }
     }
   } else {
     // ---------------- math ----------------
@@ -479,6 +511,18 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     const int warp = (threadIdx.x % 128) / 32;
     const int lane = threadIdx.x % 32;
     const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
+    // The math's wait for stage s's data. ABLATE=8 waits instead on a barrier that never changes
+    // phase (parity 1 of a fresh barrier counts as completed): the same instructions without the
+    // wait. (Leaving the waits out altogether let ptxas serialise the wgmma, C7514, and made that
+    // build measure a slower math loop: perf notes v25.)
+    auto wait_full = [&](int s, uint32_t ph) {
+#if FP8MOE_GEMM_ABLATE == 8
+      (void)s, (void)ph;
+      ptx::mbar_wait(&ablate8_idle_bar, 1u);
+#else
+      ptx::mbar_wait(&full[s], ph);
+#endif
+    };
     const int num_n128 = p.n / 128;
     int stage = 0;
     uint32_t phase = 0;
@@ -490,6 +534,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     };
     // Releases stage s to the producer (every math warp of every CTA of the cluster arrives).
     auto release = [&](int s) {
+      if (FP8MOE_GEMM_ABLATE == 8) return;
       __syncwarp();
       if constexpr (kCluster == 1) {
         if (lane == 0) ptx::mbar_arrive(&empty[s]);
@@ -507,8 +552,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     // k-block (its wait is the one the k-loop would do first; a second wait on a completed phase
     // returns at once).
     auto next_id = [&](int id) {
-      if (!dynamic) return id + tile_id_step<kCluster>();
-      ptx::mbar_wait(&full[stage], phase);
+      if (!dynamic || FP8MOE_GEMM_ABLATE == 8) return id + tile_id_step<kCluster>();
+      wait_full(stage, phase);
       return smem_tile_id[stage];
     };
     // The tile of an id: the scheduler's, except (kTileInfoSlots, dynamic) after the first tile,
@@ -523,7 +568,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           t.set_live_halves();
           return t.expert >= 0;
         }
-        published = dynamic;
+        published = dynamic && FP8MOE_GEMM_ABLATE != 8;
       }
       return scheduler.get(id, t);
     };
@@ -551,7 +596,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 
       if (!live) {  // keep the ring in step: wait for every stage and release it
         for (int kb = 0; kb < kblocks(p); ++kb) {
-          ptx::mbar_wait(&full[stage], phase);
+          wait_full(stage, phase);
           release(stage);
           advance();
         }
@@ -624,7 +669,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           const int row = row_in_tile - 64 * warpgroup;
           float acc[Half::kAccum];
           for (int kb = 0; kb < kblocks(p); ++kb) {
-            ptx::mbar_wait(&full[stage], phase);
+            wait_full(stage, phase);
             const float sb = smem_sfb[stage];  // (128 wide: kScalesInRing)
             const float sa0 = smem_sfa[stage * Cfg::kSfaRows + row];
             const float sa1 = smem_sfa[stage * Cfg::kSfaRows + row + 8];
@@ -658,7 +703,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
                           smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
             };
-            ptx::mbar_wait(&full[stage], phase);
+            wait_full(stage, phase);
             float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
             float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
             float sh0 = smem_sfa[stage * Cfg::kSfaRows + row_tall];
@@ -674,7 +719,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               promote(acc_a, 0, sa0, sa1, sb, sb, sh0, sh1);
               const int cur = stage;
               advance();
-              ptx::mbar_wait(&full[stage], phase);
+              wait_full(stage, phase);
               const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
               const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
               const float sh0_next = smem_sfa[stage * Cfg::kSfaRows + row_tall];
@@ -704,7 +749,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #if FP8MOE_GEMM_TRACE
         trace_data(data_stamps);
 #endif
-        ptx::mbar_wait(&full[stage], phase);
+        wait_full(stage, phase);
 #if FP8MOE_GEMM_TRACE
         trace_data(data_stamps);
 #endif
@@ -736,7 +781,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #if FP8MOE_GEMM_TRACE
           trace_data(data_stamps);
 #endif
-          ptx::mbar_wait(&full[stage], phase);
+          wait_full(stage, phase);
 #if FP8MOE_GEMM_TRACE
           trace_data(data_stamps);
 #endif
