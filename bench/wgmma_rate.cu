@@ -25,11 +25,11 @@
 // those writes, and does the copy slow down while the tensor pipe runs? A `copy alone` line gives
 // the copy's rate with no math, and every line the first copying thread's clocks per copy in its
 // wait for the stage, its arrive.expect_tx and its copy's issue (clock64 around each, so the loop
-// is a little slower than without them). --copy-test-wait tries test_wait before try_wait.
+// is a little slower than without them).
 // Reports FP8 FLOP per cycle per SM (dense peak: 8192 on H100/H200) from clock64 in each CTA.
 //
 //   fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm]
-//                     [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B] [--copy-test-wait]
+//                     [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -68,7 +68,6 @@ struct Opts {
   int copy_threads = 1;         // the threads that issue them (1..3)
   bool copy_lanes = false;      // those threads are lanes of one warp instead of lane 0 of each warp
   int copy_bytes = 8192;        // bytes per copy
-  bool copy_test_wait = false;  // test the stage with test_wait before waiting with try_wait
 };
 // More than half an SM's shared memory: one CTA per SM (the operands, the copy ring, alignment).
 constexpr int kSmemBytes = kCopyOffset + kCopyMaxBytes + 1024;
@@ -147,9 +146,7 @@ __global__ void __launch_bounds__(384, 1)
       long long spent[3] = {0, 0, 0};  // clocks in the wait, the arrive and the copy's issue
       for (;; ++n) {
         const long long t0 = clock64();
-        if (n >= static_cast<unsigned long long>(stages) &&
-            !(o.copy_test_wait && ptx::mbar_test_wait(&copy_full_own[r], phase)))
-          ptx::mbar_wait(&copy_full_own[r], phase);
+        if (n >= static_cast<unsigned long long>(stages)) ptx::mbar_wait(&copy_full_own[r], phase);
         if (warpgroups > 0 ? *math_done != 0 : n == copies_alone) break;
         const long long t1 = clock64();
         ptx::mbar_arrive_expect_tx(&copy_full_own[r], o.copy_bytes);
@@ -348,8 +345,6 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--copy-threads") && i + 1 < argc) {
       o.copy_threads = std::atoi(argv[++i]);
       if (o.copy_threads < 1 || o.copy_threads > 3) kblocks = 0;
-    } else if (!std::strcmp(argv[i], "--copy-test-wait")) {
-      o.copy_test_wait = true;
     } else if (!std::strcmp(argv[i], "--copy-lanes")) {
       o.copy_lanes = true;
     } else if (!std::strcmp(argv[i], "--copy-bytes") && i + 1 < argc) {
@@ -357,7 +352,7 @@ int main(int argc, char** argv) {
       if (o.copy_bytes < 1024 || o.copy_bytes % 1024) kblocks = 0;
     } else kblocks = 0;
     if (kblocks < 1) {
-      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm] [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B] [--copy-test-wait]\n");
+      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm] [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B]\n");
       return 2;
     }
   }

@@ -54,18 +54,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// The same test without blocking: returns at once, completed or not.
-__device__ __forceinline__ bool mbar_test_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n"
-      " mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // Waits for the phase with the given parity to complete. A pipeline that never completes is a
 // bug, not a state to wait out: after ~2^28 failed polls (each can block for up to microseconds,
 // so seconds to minutes in all) the kernel traps and the host sees a launch error instead of a
