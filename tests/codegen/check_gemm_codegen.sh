@@ -4,10 +4,10 @@
 #    e.g. a wgmma committed and waited for in different branches silently costs ~25%);
 #  - the default (single-CTA) kernels must not use local memory: the math warpgroups run at their
 #    register budget, and a spill or a run-time-indexed accumulator array lands in the k-loop;
-#  - the investigation builds (FP8MOE_GEMM_ABLATE=2|3|4|8, FP8MOE_GEMM_TRACE=1 with the GEMM bench's
+#  - the investigation builds (FP8MOE_GEMM_ABLATE=2|3|4|8|9, FP8MOE_GEMM_TRACE=1 with the GEMM bench's
 #    timeline dump, =2 with six times per tile, =3, =4 and =5 with the producer's stamps) still
 #    compile, so a profiling session does not start by repairing them; and the ablations that keep
-#    the math (3, 4, 8) keep it pipelined too (no C75xx), or their times describe another loop
+#    the math (3, 4, 8, 9) keep it pipelined too (no C75xx), or their times describe another loop
 #    (perf notes v25: v24's decoupled build had serialised wgmma).
 #   check_gemm_codegen.sh NVCC SOURCE_DIR
 set -euo pipefail
@@ -39,14 +39,14 @@ if [[ $kernels -lt 4 ]]; then
   echo "FAIL: expected the grouped GEMM kernels in ptxas' report, found $kernels"
   status=1
 fi
-for flag in -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8; do
+for flag in -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8 -DFP8MOE_GEMM_ABLATE=9; do
   if "$nvcc" -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I"$src/src" -I"$src/include" "$flag" -cubin -o /dev/null \
     -Xptxas -v "$src/src/gemm/sm90_fp8_grouped_gemm_1d2d.cu" 2>&1 | grep -E "C75[0-9][0-9]"; then
     echo "FAIL: ptxas serialises wgmma with $flag (see above)"
     status=1
   fi
 done
-for flag in -DFP8MOE_GEMM_ABLATE=2 -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8 \
+for flag in -DFP8MOE_GEMM_ABLATE=2 -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8 -DFP8MOE_GEMM_ABLATE=9 \
   -DFP8MOE_GEMM_TRACE=1 -DFP8MOE_GEMM_TRACE=2 \
   -DFP8MOE_GEMM_TRACE=3 -DFP8MOE_GEMM_TRACE=4 -DFP8MOE_GEMM_TRACE=5; do
   for file in src/gemm/sm90_fp8_grouped_gemm_1d2d.cu bench/gemm_bench.cu; do
