@@ -42,7 +42,7 @@ using detail::kFullMask;
 using detail::kWarp;
 
 constexpr int kMetadataBatch = kMetadataBatchSlots / kWarp;  // slot loads in flight per lane (4)
-constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / (kMetadataBatch * kWarp);  // one batch each
+constexpr int kMetadataGridWarps = kMetadataGridSlotsPerCta / kMetadataBatchSlots;  // one batch each
 constexpr int kMetadataSmemInts = 48 * 1024 / 4;
 constexpr int kQuantizeThreads = 256;
 constexpr int kQuantizeBlocksPerSm = 5;  // 40 warps per SM: <= 48 registers
@@ -144,7 +144,7 @@ __device__ __forceinline__ int count_slots(const PermuteParams& p, int lo, int h
   const unsigned lanes_below = (1u << lane) - 1u;
   const int key_bits = expert_key_bits(p.num_experts);
   int errors = 0;
-  for (int base = lo; base < hi; base += kMetadataBatch * kWarp) {
+  for (int base = lo; base < hi; base += kMetadataBatchSlots) {
     errors += load_batch(p, base, hi, lane, expert);
     same_expert_lanes(expert, key_bits, peers);
 #pragma unroll
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   int batch_experts[kMetadataBatch];
   unsigned batch_peers[kMetadataBatch] = {};
   const int errors = count_slots(p, range.lo, range.hi, lane, my_table, batch_experts, batch_peers);
-  const bool one_batch = range.hi - range.lo <= kMetadataBatch * kWarp;
+  const bool one_batch = range.hi - range.lo <= kMetadataBatchSlots;
   if (lane == 0) warp_errors[warp] = errors;
   // Busy warps are the first ones (the ranges are consecutive); the others' tables stay zero.
   const int busy_warps = __syncthreads_count(range.hi > range.lo) / kWarp;
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
 
   // ---- pass 2: rows
   const int key_bits = expert_key_bits(num_experts);
-  for (int base = range.lo; base < range.hi; base += kMetadataBatch * kWarp) {
+  for (int base = range.lo; base < range.hi; base += kMetadataBatchSlots) {
     int expert[kMetadataBatch];
     unsigned peers[kMetadataBatch];
     if (one_batch) {  // the same slots as pass 1: no second round of loads or peer matching
