@@ -352,9 +352,16 @@ int main(int argc, char** argv) {
       if (o.copy_bytes < 1024 || o.copy_bytes % 1024) kblocks = 0;
     } else kblocks = 0;
     if (kblocks < 1) {
-      std::fprintf(stderr, "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm] [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B]\n");
+      std::fprintf(stderr,
+                   "usage: fp8moe-wgmma-rate [--kblocks N] [--zeros] [--stagger] [--ring] [--scales] [--copy l2|hbm]\n"
+                   "                         [--copy-stages N] [--copy-threads T] [--copy-lanes] [--copy-bytes B]\n");
       return 2;
     }
+  }
+  if (o.copy_stages * o.copy_bytes > kCopyMaxBytes || o.copy_stages < o.copy_threads) {
+    std::fprintf(stderr, "fp8moe-wgmma-rate: --copy-stages x --copy-bytes must fit %d bytes, with a stage per copying thread\n",
+                 kCopyMaxBytes);
+    return 2;
   }
   int dev = 0, major = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
@@ -381,11 +388,6 @@ int main(int argc, char** argv) {
   unsigned long long* copied = nullptr;
   BENCH_CUDA(cudaMalloc(&copied, sms * sizeof(unsigned long long)));
   BENCH_CUDA(cudaMemset(copied, 0, sms * sizeof(unsigned long long)));
-  if (o.copy_stages * o.copy_bytes > kCopyMaxBytes || o.copy_stages < o.copy_threads) {
-    std::fprintf(stderr, "--copy-stages x --copy-bytes must fit %d bytes, with a stage per copying thread\n",
-                 kCopyMaxBytes);
-    return 2;
-  }
   // --copy: 16 windows of 1 MB (L2-resident, shared by the CTAs) or one window of ~4 GB / sms per
   // CTA (every copy from HBM).
   uint8_t* copy_buf = nullptr;
