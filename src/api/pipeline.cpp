@@ -61,7 +61,6 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   perm.scale_format = format;
   perm.a1 = at<uint8_t>(args, layout.a1);
   perm.a1_scale = at<void>(args, layout.a1_scale);
-  if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
 
   gemm::GroupedGemmArgs g;
   g.ends = ends;
@@ -80,6 +79,13 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.d = at<void>(args, layout.y1);
   g.n = static_cast<int>(2 * config.intermediate);
   g.k = static_cast<int>(config.hidden);
+  if (live && kernels::warm_kblocks() > 0) {  // GEMM1's first weights into L2 beside the metadata kernel
+    perm.warm_ctas = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).ctas;
+    perm.warm_kblocks = kernels::warm_kblocks();
+    perm.w13_rows = g.n;
+    perm.w13 = perm.warm_ctas > 0 ? g.b : nullptr;
+  }
+  if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
 
   kernels::ActQuantParams act;

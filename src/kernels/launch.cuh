@@ -10,10 +10,11 @@
 //     before that one has completed): it may read what kernels two or more launches back wrote (or
 //     plain inputs), and write only what its predecessor neither reads nor writes. The GEMMs use it
 //     to stage ends[] and to request their first weight tiles (GroupedGemmArgs::dependent_launch);
-//     act_quant to build its tables from ends[]; unpermute to write the zero rows of tokens past
-//     *num_tokens. Work before the wait also delays this kernel's trigger of the next one when its
-//     CTAs start late: measured, quantizing the first tokens there made the input quantization end
-//     ~0.8 us sooner but GEMM1 ~0.7 us later (perf notes v18).
+//     the input quantization to prefetch GEMM1's first weights into L2 while the metadata kernel
+//     runs (kernels/permute.cu); act_quant to build its tables from ends[]; unpermute to write the
+//     zero rows of tokens past *num_tokens. Work before the wait also delays this kernel's trigger
+//     of the next one when its CTAs start late: measured, quantizing the first tokens there made
+//     the input quantization end ~0.8 us sooner but GEMM1 ~0.7 us later (perf notes v18).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
 // launches; for A/B measurements).
 #pragma once

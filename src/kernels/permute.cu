@@ -29,7 +29,9 @@
 //
 // quantize_permuted (persistent grid, 8 warps per CTA): a warp item is (live token t, chunk of 4
 //   groups); the warp loads the chunk once (two 16-byte loads per lane), quantizes it and stores the
-//   16-byte code slices and the scales into every row row_of[t, j] >= 0.
+//   16-byte code slices and the scales into every row row_of[t, j] >= 0. Before its wait for the
+//   metadata kernel (kernels/launch.cuh) it can warm L2 with GEMM1's first weights
+//   (warm_first_weights).
 #include "kernels/permute.cuh"
 
 #include "kernels/common.cuh"
@@ -334,9 +336,55 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   }
 }
 
+// GEMM1's first weights into L2, from quantize_permuted's first p.warm_ctas CTAs before their wait:
+// they run beside the metadata kernel, while HBM is otherwise idle at decode (~4-6 us). Decode-sized
+// routing only (at most kWarmMaxSlots live slots), where every touched expert has one 128-row
+// M-tile, so GEMM1's first wave (its CTA c takes tile id c first; ids run expert by expert, column
+// block by column block) streams the first warm_ctas * 128 weight rows of the touched experts
+// taken in order. The CTA finds the touched experts from topk_ids (plain inputs, as the weights
+// are) and prefetches the first p.warm_kblocks k-blocks of its share of those rows. It is a guess
+// (another tile order only makes some of the bytes early or useless), so nothing waits for it.
+constexpr int kWarmMaxSlots = 1024;
+constexpr int kWarmMaxExperts = 512;
+
+__device__ void warm_first_weights(const PermuteParams& p) {
+  __shared__ uint32_t touched[kWarmMaxExperts / kWarp];
+  const int64_t slots = detail::live_tokens(p.num_tokens, p.tokens) * p.top_k;
+  if (slots > kWarmMaxSlots || p.num_experts > kWarmMaxExperts) return;  // (the same in every thread)
+  const int words = (p.num_experts + kWarp - 1) / kWarp;
+  if (threadIdx.x < words) touched[threadIdx.x] = 0;
+  __syncthreads();
+  for (int s = threadIdx.x; s < slots; s += blockDim.x) {
+    bool invalid;  // (counted by the metadata kernel)
+    const int e = local_expert(__ldg(p.topk_ids + s), p.expert_map, p.num_global_experts, p.num_experts, invalid);
+    if (e >= 0) atomicOr(&touched[e / kWarp], 1u << (e % kWarp));
+  }
+  __syncthreads();
+  const int rows = p.warm_ctas * layout::kTileM;
+  const int64_t want = static_cast<int64_t>(p.warm_kblocks) * layout::kGroup;  // bytes of a row
+  const uint32_t bytes = static_cast<uint32_t>(want < p.hidden_size ? want : p.hidden_size);
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += p.warm_ctas * blockDim.x) {
+    int j = r / p.w13_rows;  // the j-th touched expert, its row r - j * w13_rows
+    const int row = r - j * p.w13_rows;
+    int e = -1;
+    for (int w = 0; w < words && e < 0; ++w) {
+      uint32_t bits = touched[w];
+      const int n = __popc(bits);
+      if (j < n) {
+        for (; j > 0; --j) bits &= bits - 1;
+        e = w * kWarp + __ffs(bits) - 1;
+      }
+      j -= n;
+    }
+    if (e < 0) break;  // fewer touched experts than the first wave has rows (r only grows)
+    ptx::bulk_prefetch_l2(p.w13 + (static_cast<int64_t>(e) * p.w13_rows + row) * p.hidden_size, bytes);
+  }
+}
+
 template <layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     quantize_permuted_kernel(const PermuteParams p) {
+  if (p.w13 != nullptr && static_cast<int>(blockIdx.x) < p.warm_ctas) warm_first_weights(p);
   detail::after_previous_kernel();  // kernels/launch.cuh
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
@@ -428,6 +476,8 @@ cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream
   if (p.hidden_size >= (int64_t{1} << 30)) return cudaErrorInvalidValue;  // column offsets are int32 in the kernel
   if (p.tokens == 0) return cudaSuccess;  // nothing to read or write
   if (p.hidden == nullptr || p.row_of == nullptr || p.a1 == nullptr || p.a1_scale == nullptr)
+    return cudaErrorInvalidValue;
+  if (p.w13 != nullptr && (p.w13_rows < 1 || p.warm_ctas < 1 || p.warm_kblocks < 1 || p.topk_ids == nullptr))
     return cudaErrorInvalidValue;
   const int64_t chunks = layout::ceil_div(layout::groups_of(p.hidden_size), detail::kGroupsPerChunk);
   const int warps_per_block = kQuantizeThreads / kWarp;

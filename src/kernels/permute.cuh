@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "layout/layout.cuh"
 
@@ -49,6 +50,12 @@ struct PermuteParams {
   layout::ScaleFormat scale_format = layout::ScaleFormat::kFp32;
   uint8_t* a1 = nullptr;         // FP8 [m_cap, H]; only rows named by row_of are written
   void* a1_scale = nullptr;      // scales of a1 in scale_format, row stride m_pad
+  // ---- GEMM1's first weights into L2 (optional, a performance hint; see quantize_permuted): the
+  //      weights GEMM1 multiplies and the rows its first wave of tiles streams (its CTAs x 128).
+  const uint8_t* w13 = nullptr;  // FP8 [E, w13_rows, hidden_size]; null: no prefetch
+  int w13_rows = 0;              // 2I
+  int warm_ctas = 0;             // GEMM1's CTAs
+  int warm_kblocks = 0;          // k-blocks of 128 bytes from the start of each row
 };
 
 // ---- how the metadata kernels cut the work (host and device; tested against the reference on the CPU)
@@ -95,6 +102,16 @@ FP8MOE_HD SlotRange metadata_slot_range(int live, int cta, int ctas, int warp, i
 // Outside them, or with a missing pointer, the launches return cudaErrorInvalidValue.
 cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream);
 cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream);
+
+// The k-blocks of GEMM1's first weights the pipeline has warmed into L2 (PermuteParams::w13):
+// FP8MOE_WARM=N (0: none; for A/B measurements), 8 by default.
+inline int warm_kblocks() {
+  static const int n = [] {
+    const char* v = std::getenv("FP8MOE_WARM");
+    return v ? std::atoi(v) : 8;
+  }();
+  return n;
+}
 // Both, in order.
 cudaError_t launch_permute(const PermuteParams& p, cudaStream_t stream);
 

@@ -134,6 +134,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
+// Prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; nothing waits for it.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 // 4-byte copy global -> shared (cp.async, cached in L1). Its completion is tracked by
 // cp_async_mbar_arrive, not by a wait.
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {

@@ -89,6 +89,10 @@ void check_permute(const ref::Shape& s, const Routing& r, const std::vector<uint
 
   const std::vector<int> grids = metadata_grids(s);
   DeviceBuffer<int32_t> cta_counts(kernels::kMetadataMaxCtas * (s.num_experts + 1));
+  // GEMM1's weights for the L2 warm-up (quantize_permuted before its wait): a performance hint that
+  // must leave every output as it is. 128 rows per expert, two k-blocks, four CTAs.
+  constexpr int kWarmRows = 128;
+  DeviceBuffer<uint8_t> w13(static_cast<int64_t>(s.num_experts) * kWarmRows * H);
   for (ScaleFormat f : kAllFormats) {
     PermuteBuffers b(s, f);
     for (uint8_t poison : kPoisons) {
@@ -106,6 +110,12 @@ void check_permute(const ref::Shape& s, const Routing& r, const std::vector<uint
       kernels::PermuteParams p = make_params(s, f, r, d_ids.ptr, d_num_tokens.ptr, d_map.ptr, d_hidden.ptr, b);
       p.metadata_ctas = grid;
       p.cta_counts = cta_counts.ptr;
+      if (poison != kPoisons[0]) {  // every other run also warms "GEMM1's weights"
+        p.w13 = w13.ptr;
+        p.w13_rows = kWarmRows;
+        p.warm_ctas = 4;
+        p.warm_kblocks = 2;
+      }
       CUDA_OK(kernels::launch_permute(p, nullptr));
       CUDA_OK(cudaDeviceSynchronize());
 
@@ -302,6 +312,16 @@ TEST(Permute, RejectsBadShapes) {
   p.metadata_ctas = 0;
   EXPECT_EQ(kernels::launch_permute_metadata(p, nullptr), cudaErrorInvalidValue);
   p.metadata_ctas = 1;
+  p.hidden_size = 128;
+  p.hidden = buf.ptr;
+  p.a1 = reinterpret_cast<uint8_t*>(buf.ptr);
+  p.a1_scale = buf.ptr;
+  p.w13 = reinterpret_cast<const uint8_t*>(buf.ptr);  // weights to warm, but no rows, CTAs or k-blocks
+  EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
+  p.w13_rows = 1;
+  p.warm_ctas = 1;  // still no k-blocks
+  EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
+  p.w13 = nullptr;
   p.hidden_size = 100;  // not a multiple of 128
   EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
