@@ -11,7 +11,10 @@
 // experts) forward: one division and one binary search per warp, not per item.
 // kLive: every CTA first turns ends[] into shared tables (warp 0, a shuffle scan 32 experts at a
 // time): start_e and before_e = live rows of experts < e. Live row i (0 <= i < before_E) belongs to
-// the last expert with before_e <= i and sits at row start_e + i - before_e.
+// the last expert with before_e <= i and sits at row start_e + i - before_e. Where no expert has a
+// gap before it (start_e == before_e for all e: every expert but the last fills whole tiles), live
+// row i is row i, and the kernel walks rows [0, before_E) exactly as the padded schedule walks
+// [0, m_cap), without the per-row expert bookkeeping.
 #include "kernels/act_quant.cuh"
 
 #include "kernels/common.cuh"
@@ -25,13 +28,15 @@ using detail::kWarp;
 
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 3;  // 24 warps per SM: <= 80 registers (two items in flight per warp)
-constexpr int kMaxLiveExperts = 6000;  // (2E + 1) int32 tables in 48 KB of shared memory
+constexpr int kMaxLiveExperts = 6000;  // (2E + 2) int32 tables in 48 KB of shared memory
 
 // Turns the raw ends[] that the CTA staged in before[0..E) into the tables before[0..E] (live rows
-// of the experts before e) and start[0..E) (first row of e), in place (warp 0 only; the caller
-// synchronizes). Each lane reads only its own entry; the previous expert's end comes by shuffle.
-__device__ void live_tables(int num_experts, int lane, int32_t* before, int32_t* start) {
+// of the experts before e) and start[0..E) (first row of e), in place, and sets *dense to whether
+// start[e] == before[e] for every e (live row i is row i). Warp 0 only; the caller synchronizes.
+// Each lane reads only its own entry; the previous expert's end comes by shuffle.
+__device__ void live_tables(int num_experts, int lane, int32_t* before, int32_t* start, int32_t* dense) {
   int carry = 0, prev_chunk_end = 0;
+  bool gapless = true;
   for (int e0 = 0; e0 < num_experts; e0 += kWarp) {
     const int e = e0 + lane;
     const int end = e < num_experts ? before[e] : 0;
@@ -49,10 +54,14 @@ __device__ void live_tables(int num_experts, int lane, int32_t* before, int32_t*
       before[e] = carry + inclusive - n;
       start[e] = first;
     }
+    gapless = __all_sync(kFullMask, e >= num_experts || first == carry + inclusive - n) && gapless;
     carry += __shfl_sync(kFullMask, inclusive, kWarp - 1);
     prev_chunk_end = __shfl_sync(kFullMask, end, kWarp - 1);
   }
-  if (lane == 0) before[num_experts] = carry;
+  if (lane == 0) {
+    before[num_experts] = carry;
+    *dense = gapless;
+  }
 }
 
 // Expert of live row i (0 <= i < before[E]): the last expert e with before[e] <= i (it has live rows).
@@ -82,7 +91,7 @@ __device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, b
 
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const ActQuantParams p) {
-  extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E]
+  extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E], the dense flag
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
   const int64_t inter = p.intermediate;
@@ -92,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   const int64_t m_pad = layout::m_pad(m_cap);
   constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
   constexpr bool kPacked = kFmt == layout::ScaleFormat::kUe8m0Packed;
-  const bool live = p.schedule == layout::Schedule::kLive;
+  bool live = p.schedule == layout::Schedule::kLive;  // (false below for a dense live layout)
   const int num_experts = p.num_experts;
   num::ActParams act = p.act;
   act.kind = kKind;  // lets the compiler drop the other activation
@@ -108,9 +117,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     // (kernels/launch.cuh) and overlaps GEMM1's last tiles.
     for (int e = threadIdx.x; e < num_experts; e += blockDim.x) before[e] = __ldg(p.ends + e);
     __syncthreads();
-    if (threadIdx.x < kWarp) live_tables(num_experts, lane, before, start);
+    if (threadIdx.x < kWarp) live_tables(num_experts, lane, before, start, start + num_experts);
     __syncthreads();
     rows = before[num_experts];
+    if (start[num_experts] != 0) live = false;  // dense: live row i is row i, as in the padded walk
   }
   detail::after_previous_kernel();
 
@@ -215,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
 template <num::ActKind kKind>
 cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   const bool live = p.schedule == layout::Schedule::kLive;
-  const size_t smem = live ? (2 * static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t) : 0;
+  const size_t smem = live ? (2 * static_cast<size_t>(p.num_experts) + 2) * sizeof(int32_t) : 0;
   int64_t max_rows = p.m_cap;
   if (live && p.max_live_rows > 0 && p.max_live_rows < max_rows) max_rows = p.max_live_rows;
   const int64_t chunks = layout::ceil_div(layout::groups_of(p.intermediate), detail::kGroupsPerChunk);

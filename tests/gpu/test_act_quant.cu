@@ -123,6 +123,16 @@ TEST(ActQuant, MixedExpertSizes) {
   }
 }
 
+// No gap rows before any expert (every expert but the last fills whole tiles, empty ones between):
+// live row i is row i, and the live kernel walks the rows as the padded one does (act_quant.cu).
+// The last expert's partly filled tile and the rows after it must keep their poison.
+TEST(ActQuant, GaplessExperts) {
+  FP8MOE_REQUIRE_GPU();
+  Rng rng(fresh_seed());
+  check_act_quant(permutation_from_counts({128, 256, 0, 128, 77}, 300, 2), 384, 600, rng);
+  check_act_quant(permutation_from_counts({0, 384}, 200, 2), 256, 400, rng);
+}
+
 TEST(ActQuant, RandomRouting) {
   FP8MOE_REQUIRE_GPU();
   Rng rng(fresh_seed());
