@@ -131,7 +131,29 @@ int sm_count() {
   return n;
 }
 
+// launch_sm_hog's kernel: lets its programmatic dependent launch at once (as the GEMMs do after
+// their prologue), then holds its SM for `ns`.
+__global__ void sm_hog_kernel(uint64_t ns) {
+  ptx::griddep_launch_dependents();
+  const uint64_t t0 = ptx::globaltimer();
+  while (ptx::globaltimer() - t0 < ns) {
+  }
+}
+
 }  // namespace
+
+void launch_sm_hog(double us, cudaStream_t stream) {
+  static const int smem = [] {  // (the first call must not be inside a stream capture)
+    int dev = 0, bytes = 0;
+    BENCH_CUDA(cudaGetDevice(&dev));
+    BENCH_CUDA(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    BENCH_CUDA(cudaFuncSetAttribute(sm_hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
+  }();
+  static const int ctas = sm_count();
+  sm_hog_kernel<<<ctas, 32, smem, stream>>>(static_cast<uint64_t>(us * 1e3));
+  BENCH_CUDA(cudaGetLastError());
+}
 
 void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream) {
   fill_random_fp8_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed);

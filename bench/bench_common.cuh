@@ -78,6 +78,13 @@ class L2Flush {
   size_t bytes_ = 0;
 };
 
+// A stand-in for the kernel before another in the pipeline (GEMM1 before act_quant): one CTA on
+// every SM, each holding all the shared memory a CTA may have (so no other kernel's CTA fits
+// beside it), for `us` microseconds. It triggers its programmatic dependents at its start, so a
+// kernel launched after it with launch_dependent() starts its CTAs as these exit and runs its
+// part before griddepcontrol.wait on them, as in the pipeline.
+void launch_sm_hog(double us, cudaStream_t stream);
+
 // The commit these binaries were built from ($FP8MOE_COMMIT overrides it): the short git hash at
 // build time, "-dirty" if tracked files had uncommitted changes, or "unknown".
 const char* build_commit();

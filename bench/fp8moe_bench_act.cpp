@@ -1,7 +1,13 @@
 // fp8moe-bench --act-only: the activation + quantization kernel alone on fully occupied shapes
 // (every expert's rows a multiple of 128, so no gap rows exist): the live schedule does exactly
 // the padded schedule's work plus reading ends[], and must not be slower (issue 5). Cold L2 before
-// every sample, CUDA events around each launch, alternating rounds padded/live/padded/live.
+// every sample, alternating rounds padded/live/padded/live, each shape timed two ways:
+//   - alone: CUDA events around each launch. The live kernel's start (ends[] staged and turned
+//     into tables before its first row) is all exposed here.
+//   - after a predecessor, as in the pipeline: a CUDA graph of a kernel that holds every SM for
+//     kHogUs (launch_sm_hog, standing in for GEMM1) and act_quant as its programmatic dependent;
+//     the sample is act_quant's end minus the predecessor's end (CUPTI kernel timestamps), the
+//     kernel's increment on the pipeline's critical path. Skipped if CUPTI is not usable.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +18,7 @@
 
 #include "bench/bench_common.cuh"
 #include "bench/fp8moe_bench_act.hpp"
+#include "bench/fp8moe_bench_cupti.hpp"
 #include "kernels/act_quant.cuh"
 #include "layout/layout.cuh"
 
@@ -33,6 +40,28 @@ constexpr ActShape kShapes[] = {
     {"deepseek-ep8 1024 rows/expert", 32, 1024, 2048}, {"E=64 I=1024", 64, 256, 1024},
     {"E=8 I=4096", 8, 1024, 4096},                   {"E=16 I=512", 16, 2048, 512}};
 
+constexpr double kHogUs = 20;  // the predecessor's time on every SM
+
+// act_quant's increment after the predecessor (us), `n` graph replays of `exec`, each after an L2
+// flush, from the CUPTI records of the batch.
+void time_after_predecessor(cudaGraphExec_t exec, int n, L2Flush& flush, cudaStream_t stream,
+                            std::vector<double>* us) {
+  for (int i = 0; i < n; ++i) {
+    flush.run(stream);
+    BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<cupti::KernelRecord> records;
+  std::vector<cupti::Replay> replays;
+  std::string error, warning;
+  if (!cupti::take(&records, &error) || !cupti::split_replays(records, 2, n, &replays, &error, &warning)) {
+    std::fprintf(stderr, "fp8moe-bench: CUPTI: %s\n", error.c_str());
+    std::exit(1);
+  }
+  for (const cupti::Replay& r : replays)
+    us->push_back(r.start_us[1] + r.kernels[1].second - (r.start_us[0] + r.kernels[0].second));
+}
+
 }  // namespace
 
 int run_act_only(int samples_per_arm, const std::string& json_path) {
@@ -40,9 +69,18 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
   cudaEvent_t ev0, ev1;
   BENCH_CUDA(cudaEventCreate(&ev0));
   BENCH_CUDA(cudaEventCreate(&ev1));
-  std::string json = "{\"mode\": \"act-only\", \"shapes\": [";
-  std::printf("%-32s %7s %6s | %10s %10s | %7s %8s %s\n", "shape (fully occupied)", "rows", "I", "padded_us",
-              "live_us", "live/pad", "live TB/s", "bitwise");
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  launch_sm_hog(1, stream);  // (its one-time setup, outside any capture)
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::string cupti_error;
+  const bool traced = cupti::start(&cupti_error);
+  if (!traced)
+    std::fprintf(stderr, "fp8moe-bench: CUPTI not usable (%s): no timing after a predecessor\n", cupti_error.c_str());
+  std::string json = "{\"mode\": \"act-only\", \"predecessor_us\": " + json_num(kHogUs, 1) + ", \"shapes\": [";
+  std::printf("%-32s %7s %6s | alone: %9s %9s %8s | after a predecessor: %9s %9s %8s | %8s %s\n",
+              "shape (fully occupied)", "rows", "I", "padded_us", "live_us", "live/pad", "padded_us", "live_us",
+              "live/pad", "live TB/s", "bitwise");
   bool all_equal = true;
   for (size_t si = 0; si < sizeof(kShapes) / sizeof(kShapes[0]); ++si) {
     const ActShape& s = kShapes[si];
@@ -91,6 +129,32 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
         if (!(round < 2 && i < 2)) us[arm].push_back(ms * 1e3);
       }
     }
+    // The same launches after the predecessor, one graph per arm (the pipeline's position).
+    std::vector<double> after[2];
+    if (traced) {
+      cudaGraphExec_t exec[2];
+      for (int arm = 0; arm < 2; ++arm) {
+        p.schedule = arm ? fp8moe::layout::Schedule::kLive : fp8moe::layout::Schedule::kPadded;
+        p.a2 = a2[arm];
+        p.a2_scale = sc[arm];
+        cudaGraph_t graph;
+        BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        launch_sm_hog(kHogUs, stream);
+        BENCH_CUDA(kernels::launch_act_quant(p, stream));
+        BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+        BENCH_CUDA(cudaGraphInstantiate(&exec[arm], graph, 0));
+        BENCH_CUDA(cudaGraphDestroy(graph));
+        std::vector<double> warmup;
+        time_after_predecessor(exec[arm], 2, flush, stream, &warmup);
+      }
+      for (int round = 0; round < 4; ++round) {
+        const int arm = round % 2;
+        time_after_predecessor(exec[arm], round < 2 ? (samples_per_arm + 1) / 2 : samples_per_arm / 2, flush, stream,
+                               &after[arm]);
+      }
+      for (int arm = 0; arm < 2; ++arm) BENCH_CUDA(cudaGraphExecDestroy(exec[arm]));
+    }
+
     // Bitwise comparison of the two arms' A2 and scales (every row is live here).
     std::vector<uint8_t> h[2];
     std::vector<float> hs[2];
@@ -103,18 +167,23 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
     const bool equal = h[0] == h[1] && std::memcmp(hs[0].data(), hs[1].data(), scale_elems * 4) == 0;
     all_equal = all_equal && equal;
     const Stats pad = stats_of(us[0]), live = stats_of(us[1]);
+    const Stats pad_after = traced ? stats_of(after[0]) : Stats{NAN, NAN, NAN},
+                live_after = traced ? stats_of(after[1]) : Stats{NAN, NAN, NAN};
     const double bytes = static_cast<double>(rows) * (4 * I + I) + scale_elems * 4.0;
-    std::printf("%-32s %7lld %6lld | %10.1f %10.1f | %7.3f %8.2f %s\n", s.what, static_cast<long long>(rows),
-                static_cast<long long>(I), pad.median, live.median, live.median / pad.median,
+    std::printf("%-32s %7lld %6lld | alone: %9.1f %9.1f %8.3f | after a predecessor: %9.1f %9.1f %8.3f | %8.2f %s\n",
+                s.what, static_cast<long long>(rows), static_cast<long long>(I), pad.median, live.median,
+                live.median / pad.median, pad_after.median, live_after.median, live_after.median / pad_after.median,
                 bytes / (live.median * 1e-6) / 1e12, equal ? "equal" : "DIFFER");
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"shape\": \"%s\", \"rows\": %lld, \"intermediate\": %lld, \"experts\": %d, "
-                  "\"padded\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, "
-                  "\"live\": {\"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}, \"bitwise_equal\": %s}",
-                  si ? ", " : "", s.what, static_cast<long long>(rows), static_cast<long long>(I), s.experts,
-                  pad.median, pad.p10, pad.p90, live.median, live.p10, live.p90, equal ? "true" : "false");
-    json += buf;
+    auto arm_json = [](const Stats& st) {
+      return "{\"median_us\": " + json_num(st.median, 2) + ", \"p10_us\": " + json_num(st.p10, 2) +
+             ", \"p90_us\": " + json_num(st.p90, 2) + "}";
+    };
+    char head[256];
+    std::snprintf(head, sizeof head, "%s{\"shape\": \"%s\", \"rows\": %lld, \"intermediate\": %lld, \"experts\": %d, ",
+                  si ? ", " : "", s.what, static_cast<long long>(rows), static_cast<long long>(I), s.experts);
+    json += head + std::string("\"padded\": ") + arm_json(pad) + ", \"live\": " + arm_json(live) +
+            ", \"after_predecessor\": {\"padded\": " + arm_json(pad_after) + ", \"live\": " + arm_json(live_after) +
+            "}, \"bitwise_equal\": " + (equal ? "true" : "false") + "}";
     cudaFree(y1);
     cudaFree(d_ends);
     for (int arm = 0; arm < 2; ++arm) {
@@ -132,8 +201,10 @@ int run_act_only(int samples_per_arm, const std::string& json_path) {
     std::fputs(json.c_str(), f);
     std::fclose(f);
   }
+  if (traced) cupti::stop();
   cudaEventDestroy(ev0);
   cudaEventDestroy(ev1);
+  BENCH_CUDA(cudaStreamDestroy(stream));
   return all_equal ? 0 : 1;
 }
 

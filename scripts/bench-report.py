@@ -45,17 +45,27 @@ def table(run):
 
 
 def act_table(run):
-    """fp8moe-bench --act-only: live against padded on fully occupied shapes. Live bytes: the gate
-    and up halves read as BF16 (rows x 2I x 2), A2 written as FP8 (rows x I) and its FP32 scales
-    (rows x I/128 x 4)."""
-    lines = ["| shape (fully occupied) | rows | I | padded us | live us | live/padded | live TB/s | bitwise |",
-             "|---|---|---|---|---|---|---|---|"]
+    """fp8moe-bench --act-only: live against padded on fully occupied shapes, alone and (files from
+    the bench since the L2 warm-up's session) after a predecessor kernel as in the pipeline. Live
+    bytes: the gate and up halves read as BF16 (rows x 2I x 2), A2 written as FP8 (rows x I) and its
+    FP32 scales (rows x I/128 x 4)."""
+    after = any(s.get("after_predecessor") for s in run["shapes"])
+    head = "| shape (fully occupied) | rows | I | alone: padded us | live us | live/padded |"
+    rule = "|---|---|---|---|---|---|"
+    if after:
+        head += " after a predecessor: padded us | live us | live/padded |"
+        rule += "---|---|---|"
+    lines = [head + " live TB/s (alone) | bitwise |", rule + "---|---|"]
     for s in run["shapes"]:
         rows, inter = s["rows"], s["intermediate"]
         live_bytes = rows * inter * 5 + rows * (inter // 128) * 4
         p, l = s["padded"]["median_us"], s["live"]["median_us"]
-        lines.append(f"| {s['shape']} | {rows} | {inter} | {p:.1f} | {l:.1f} | {l / p:.3f} | "
-                     f"{live_bytes / l / 1e6:.2f} | {'equal' if s['bitwise_equal'] else 'DIFFER'} |")
+        row = f"| {s['shape']} | {rows} | {inter} | {p:.1f} | {l:.1f} | {l / p:.3f} |"
+        if after:
+            a = s.get("after_predecessor") or {}
+            ap, al = (a.get("padded") or {}).get("median_us"), (a.get("live") or {}).get("median_us")
+            row += (f" {ap:.1f} | {al:.1f} | {al / ap:.3f} |" if ap and al else " - | - | - |")
+        lines.append(row + f" {live_bytes / l / 1e6:.2f} | {'equal' if s['bitwise_equal'] else 'DIFFER'} |")
     return "\n".join(lines)
 
 
