@@ -80,10 +80,10 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.n = static_cast<int>(2 * config.intermediate);
   g.k = static_cast<int>(config.hidden);
   if (live && kernels::warm_kblocks() > 0) {  // GEMM1's first weights into L2 beside the metadata kernel
-    perm.warm_ctas = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).ctas;
+    perm.warm_rows = gemm::sm90_fp8_grouped_gemm_1d2d_first_wave_rows(g);
     perm.warm_kblocks = kernels::warm_kblocks();
     perm.w13_rows = g.n;
-    perm.w13 = perm.warm_ctas > 0 ? g.b : nullptr;
+    perm.w13 = perm.warm_rows > 0 ? g.b : nullptr;
   }
   if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;

@@ -59,6 +59,11 @@ struct GemmLaunchInfo {
   bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
+// The weight rows the live kernel's first wave of tiles streams when no touched expert has more
+// than 128 live rows (decode): every CTA starts on one 128-wide tile, tile ids run expert by
+// expert and column block by column block, so these are the first rows of the touched experts'
+// weights taken in order. For prefetching them early (the pipeline's L2 warm-up); 0 without a GPU.
+int sm90_fp8_grouped_gemm_1d2d_first_wave_rows(const GroupedGemmArgs& args);
 
 #if FP8MOE_GEMM_TRACE
 // Timeline builds only (-DFP8MOE_GEMM_TRACE=1, see the kernel): [kGemmTraceCtas][kGemmTraceSlots]

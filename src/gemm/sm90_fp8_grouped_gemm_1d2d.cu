@@ -173,6 +173,10 @@ GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
   return info;
 }
 
+int sm90_fp8_grouped_gemm_1d2d_first_wave_rows(const GroupedGemmArgs& a) {
+  return sm90_fp8_grouped_gemm_1d2d_info(a).ctas * 128;  // the decode body's width (block_n_for)
+}
+
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t stream) {
   if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1 ||
       a.num_experts > sched::kMaxLiveExperts)

@@ -336,14 +336,14 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   }
 }
 
-// GEMM1's first weights into L2, from quantize_permuted's first p.warm_ctas CTAs before their wait:
-// they run beside the metadata kernel, while HBM is otherwise idle at decode (~4-6 us). Decode-sized
-// routing only (at most kWarmMaxSlots live slots), where every touched expert has one 128-row
-// M-tile, so GEMM1's first wave (its CTA c takes tile id c first; ids run expert by expert, column
-// block by column block) streams the first warm_ctas * 128 weight rows of the touched experts
-// taken in order. The CTA finds the touched experts from topk_ids (plain inputs, as the weights
-// are) and prefetches the first p.warm_kblocks k-blocks of its share of those rows. It is a guess
-// (another tile order only makes some of the bytes early or useless), so nothing waits for it.
+// GEMM1's first weights into L2, from quantize_permuted's first CTAs (one row per thread) before
+// their wait: they run beside the metadata kernel, while HBM is otherwise idle at decode (~4-6 us).
+// Decode-sized routing only (at most kWarmMaxSlots live slots), where every touched expert has at
+// most 128 live rows, so GEMM1's first wave streams the first p.warm_rows weight rows of the
+// touched experts taken in order (gemm::sm90_fp8_grouped_gemm_1d2d_first_wave_rows). The CTA finds
+// the touched experts from topk_ids (plain inputs, as the weights are) and prefetches the first
+// p.warm_kblocks k-blocks of its rows. It is a guess (another tile order only makes some of the
+// bytes early or useless), so nothing waits for it.
 constexpr int kWarmMaxSlots = 1024;
 constexpr int kWarmMaxExperts = 512;
 
@@ -360,10 +360,9 @@ __device__ void warm_first_weights(const PermuteParams& p) {
     if (e >= 0) atomicOr(&touched[e / kWarp], 1u << (e % kWarp));
   }
   __syncthreads();
-  const int rows = p.warm_ctas * layout::kTileM;
   const int64_t want = static_cast<int64_t>(p.warm_kblocks) * layout::kGroup;  // bytes of a row
   const uint32_t bytes = static_cast<uint32_t>(want < p.hidden_size ? want : p.hidden_size);
-  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += p.warm_ctas * blockDim.x) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < p.warm_rows; r += gridDim.x * blockDim.x) {
     int j = r / p.w13_rows;  // the j-th touched expert, its row r - j * w13_rows
     const int row = r - j * p.w13_rows;
     int e = -1;
@@ -384,7 +383,7 @@ __device__ void warm_first_weights(const PermuteParams& p) {
 template <layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kQuantizeThreads, kQuantizeBlocksPerSm)
     quantize_permuted_kernel(const PermuteParams p) {
-  if (p.w13 != nullptr && static_cast<int>(blockIdx.x) < p.warm_ctas) warm_first_weights(p);
+  if (p.w13 != nullptr && static_cast<int>(blockIdx.x * blockDim.x) < p.warm_rows) warm_first_weights(p);
   detail::after_previous_kernel();  // kernels/launch.cuh
   const int lane = threadIdx.x % kWarp;
   const int warps_per_block = blockDim.x / kWarp;
@@ -477,7 +476,7 @@ cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream
   if (p.tokens == 0) return cudaSuccess;  // nothing to read or write
   if (p.hidden == nullptr || p.row_of == nullptr || p.a1 == nullptr || p.a1_scale == nullptr)
     return cudaErrorInvalidValue;
-  if (p.w13 != nullptr && (p.w13_rows < 1 || p.warm_ctas < 1 || p.warm_kblocks < 1 || p.topk_ids == nullptr))
+  if (p.w13 != nullptr && (p.w13_rows < 1 || p.warm_rows < 1 || p.warm_kblocks < 1 || p.topk_ids == nullptr))
     return cudaErrorInvalidValue;
   const int64_t chunks = layout::ceil_div(layout::groups_of(p.hidden_size), detail::kGroupsPerChunk);
   const int warps_per_block = kQuantizeThreads / kWarp;

@@ -51,10 +51,11 @@ struct PermuteParams {
   uint8_t* a1 = nullptr;         // FP8 [m_cap, H]; only rows named by row_of are written
   void* a1_scale = nullptr;      // scales of a1 in scale_format, row stride m_pad
   // ---- GEMM1's first weights into L2 (optional, a performance hint; see quantize_permuted): the
-  //      weights GEMM1 multiplies and the rows its first wave of tiles streams (its CTAs x 128).
+  //      weights GEMM1 multiplies and how many rows of the touched experts' weights, taken in
+  //      order, its first wave of tiles streams (gemm::sm90_fp8_grouped_gemm_1d2d_first_wave_rows).
   const uint8_t* w13 = nullptr;  // FP8 [E, w13_rows, hidden_size]; null: no prefetch
   int w13_rows = 0;              // 2I
-  int warm_ctas = 0;             // GEMM1's CTAs
+  int warm_rows = 0;             // rows to prefetch (one per thread of the first CTAs)
   int warm_kblocks = 0;          // k-blocks of 128 bytes from the start of each row
 };
 

@@ -90,7 +90,7 @@ void check_permute(const ref::Shape& s, const Routing& r, const std::vector<uint
   const std::vector<int> grids = metadata_grids(s);
   DeviceBuffer<int32_t> cta_counts(kernels::kMetadataMaxCtas * (s.num_experts + 1));
   // GEMM1's weights for the L2 warm-up (quantize_permuted before its wait): a performance hint that
-  // must leave every output as it is. 128 rows per expert, two k-blocks, four CTAs.
+  // must leave every output as it is. 128 rows per expert, 512 rows in all, two k-blocks.
   constexpr int kWarmRows = 128;
   DeviceBuffer<uint8_t> w13(static_cast<int64_t>(s.num_experts) * kWarmRows * H);
   for (ScaleFormat f : kAllFormats) {
@@ -113,7 +113,7 @@ void check_permute(const ref::Shape& s, const Routing& r, const std::vector<uint
       if (poison != kPoisons[0]) {  // every other run also warms "GEMM1's weights"
         p.w13 = w13.ptr;
         p.w13_rows = kWarmRows;
-        p.warm_ctas = 4;
+        p.warm_rows = 4 * kWarmRows;
         p.warm_kblocks = 2;
       }
       CUDA_OK(kernels::launch_permute(p, nullptr));
@@ -316,10 +316,10 @@ TEST(Permute, RejectsBadShapes) {
   p.hidden = buf.ptr;
   p.a1 = reinterpret_cast<uint8_t*>(buf.ptr);
   p.a1_scale = buf.ptr;
-  p.w13 = reinterpret_cast<const uint8_t*>(buf.ptr);  // weights to warm, but no rows, CTAs or k-blocks
+  p.w13 = reinterpret_cast<const uint8_t*>(buf.ptr);  // weights to warm, but no rows or k-blocks
   EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
   p.w13_rows = 1;
-  p.warm_ctas = 1;  // still no k-blocks
+  p.warm_rows = 1;  // still no k-blocks
   EXPECT_EQ(kernels::launch_quantize_permuted(p, nullptr), cudaErrorInvalidValue);
   p.w13 = nullptr;
   p.hidden_size = 100;  // not a multiple of 128
