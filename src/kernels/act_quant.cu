@@ -123,6 +123,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     if (start[num_experts] != 0) live = false;  // dense: live row i is row i, as in the padded walk
   }
   detail::after_previous_kernel();
+#if defined(FP8MOE_PIPELINE_ABLATE) && (FP8MOE_PIPELINE_ABLATE & 4)
+  return;  // (investigation build: api/pipeline.cpp)
+#endif
 
   // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
   const int64_t items = rows * chunks;
