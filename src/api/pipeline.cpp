@@ -8,6 +8,7 @@
 #include "api/internal.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "kernels/act_quant.cuh"
+#include "knobs/knobs.hpp"
 #include "kernels/permute.cuh"
 #include "kernels/unpermute.cuh"
 
@@ -89,9 +90,9 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.d = at<void>(args, layout.y1);
   g.n = static_cast<int>(2 * config.intermediate);
   g.k = static_cast<int>(config.hidden);
-  if (live && kernels::warm_kblocks() > 0) {  // GEMM1's first weights into L2 beside the metadata kernel
+  if (live && knobs::warm_kblocks() > 0) {  // GEMM1's first weights into L2 beside the metadata kernel
     perm.warm_rows = gemm::sm90_fp8_grouped_gemm_1d2d_first_wave_rows(g);
-    perm.warm_kblocks = kernels::warm_kblocks();
+    perm.warm_kblocks = knobs::warm_kblocks();
     perm.w13_rows = g.n;
     perm.w13 = perm.warm_rows > 0 ? g.b : nullptr;
   }

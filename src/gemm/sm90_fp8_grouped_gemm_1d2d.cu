@@ -5,8 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "fp8moe/fp8moe.hpp"
@@ -14,6 +12,7 @@
 #include "gemm/sm90_fp8_grouped_gemm_1d2d.cuh"
 #include "gemm/tensor_map.hpp"
 #include "kernels/launch.cuh"
+#include "knobs/knobs.hpp"
 
 namespace fp8moe::gemm {
 static_assert(fp8moe::kMaxExperts == sched::kMaxLiveExperts, "the API's expert limit is the scheduler's");
@@ -43,7 +42,7 @@ struct KernelLauncher {
     c.dynamicSmemBytes = kSmemBytes;
     c.stream = stream;
     c.attrs = attrs;
-    c.numAttrs = dependent && kernels::pdl_enabled() ? 2 : 1;
+    c.numAttrs = dependent && knobs::pdl() ? 2 : 1;
     return c;
   }
   // Persistent grid: one CTA per SM, or as many whole clusters as can be resident at once.
@@ -112,10 +111,9 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 // the live schedule only (the padded baseline then runs N-pairs or single CTAs).
 GemmCluster cluster_for(const GroupedGemmArgs& a) {
   static const GemmCluster from_env = [] {
-    const char* v = std::getenv("FP8MOE_GEMM_CLUSTER");
-    if (v == nullptr) return GemmCluster::kSingle;
-    if (!std::strcmp(v, "2") || !std::strcmp(v, "2n")) return GemmCluster::kPairN;
-    if (!std::strcmp(v, "2m")) return GemmCluster::kPairM;
+    if (knobs::equals("FP8MOE_GEMM_CLUSTER", "2") || knobs::equals("FP8MOE_GEMM_CLUSTER", "2n"))
+      return GemmCluster::kPairN;
+    if (knobs::equals("FP8MOE_GEMM_CLUSTER", "2m")) return GemmCluster::kPairM;
     return GemmCluster::kSingle;
   }();
   const GemmCluster c = a.cluster == GemmCluster::kAuto ? from_env : a.cluster;
@@ -124,10 +122,7 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
 
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
-  static const int forced = [] {
-    const char* v = std::getenv("FP8MOE_GEMM_BLOCK_N");
-    return v ? std::atoi(v) : 0;
-  }();
+  const int forced = knobs::gemm_block_n();
   if (forced == 128 || forced == 192) return forced;
   // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
   const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
@@ -138,11 +133,7 @@ int block_n_for(const GroupedGemmArgs& a) {
 // Dynamic tiles (the kernel's `dynamic`): live single CTAs given a counter, unless
 // FP8MOE_GEMM_DYNAMIC=0. The padded baseline keeps the fixed stride engines use.
 int32_t* tile_counter_for(const GroupedGemmArgs& a) {
-  static const bool off = [] {
-    const char* v = std::getenv("FP8MOE_GEMM_DYNAMIC");
-    return v != nullptr && !std::strcmp(v, "0");
-  }();
-  if (off || a.schedule != layout::Schedule::kLive || cluster_for(a) != GemmCluster::kSingle) return nullptr;
+  if (knobs::gemm_dynamic_off() || a.schedule != layout::Schedule::kLive || cluster_for(a) != GemmCluster::kSingle) return nullptr;
   return a.tile_counter;
 }
 

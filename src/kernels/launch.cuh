@@ -16,24 +16,15 @@
 //     of the next one when its CTAs start late: measured, quantizing the first tokens there made
 //     the input quantization end ~0.8 us sooner but GEMM1 ~0.7 us later (perf notes v18).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
-// launches; for A/B measurements).
+// launches; for A/B measurements; knobs/knobs.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-
+#include "knobs/knobs.hpp"
 #include "ptx/ptx.cuh"
 
 namespace fp8moe::kernels {
-
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FP8MOE_PDL");
-    return !(v && v[0] == '0');
-  }();
-  return on;
-}
 
 // The launch attribute that makes a kernel a programmatic dependent of the previous one.
 inline cudaLaunchAttribute pdl_attribute() {
@@ -53,7 +44,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   c.dynamicSmemBytes = smem;
   c.stream = stream;
   c.attrs = &attr;
-  c.numAttrs = pdl_enabled() ? 1 : 0;
+  c.numAttrs = knobs::pdl() ? 1 : 0;
   return cudaLaunchKernelEx(&c, kernel, args...);
 }
 

@@ -17,7 +17,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "layout/layout.cuh"
 
@@ -104,15 +103,6 @@ FP8MOE_HD SlotRange metadata_slot_range(int live, int cta, int ctas, int warp, i
 cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream);
 cudaError_t launch_quantize_permuted(const PermuteParams& p, cudaStream_t stream);
 
-// The k-blocks of GEMM1's first weights the pipeline has warmed into L2 (PermuteParams::w13):
-// FP8MOE_WARM=N (0: none; for A/B measurements), 8 by default.
-inline int warm_kblocks() {
-  static const int n = [] {
-    const char* v = std::getenv("FP8MOE_WARM");
-    return v ? std::atoi(v) : 8;
-  }();
-  return n;
-}
 // Both, in order.
 cudaError_t launch_permute(const PermuteParams& p, cudaStream_t stream);
 

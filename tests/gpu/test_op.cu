@@ -181,7 +181,7 @@ void expect_programmatic_chain(cudaGraph_t graph) {
   for (size_t i = 0; i < num_edges; ++i)
     programmatic += is_kernel(from[i]) && is_kernel(to[i]) && data[i].type == cudaGraphDependencyTypeProgrammatic;
   EXPECT_GE(kernels, 6);
-  EXPECT_EQ(programmatic, fp8moe::kernels::pdl_enabled() ? kernels - 1 : 0);
+  EXPECT_EQ(programmatic, fp8moe::knobs::pdl() ? kernels - 1 : 0);
 }
 
 // Capture run() once per schedule, then change routing and *num_tokens in place and replay.

@@ -1,0 +1,50 @@
+// Every environment variable the library reads, in one place. Each is a switch for A/B
+// measurements (docs/perf-notes.md names the run that chose each default); none is needed in use.
+// Each is read once per process, on first use.
+//   FP8MOE_PDL=0            plain launches instead of programmatic dependent ones (kernels/launch.cuh)
+//   FP8MOE_WARM=N           k-blocks of GEMM1's first weights warmed into L2 by the input
+//                           quantization (default 8; 0: none) (kernels/permute.cu)
+//   FP8MOE_GEMM_BLOCK_N=128|192  the live GEMMs' tile width instead of the rule (gemm/*.cu)
+//   FP8MOE_GEMM_CLUSTER=2|2n|2m  2-CTA clusters sharing A (N-pairs) or B (M-pairs) (gemm/*.cu)
+//   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace fp8moe::knobs {
+
+// The variable's text, or nullptr when it is not set.
+inline const char* text(const char* name) { return std::getenv(name); }
+// Its value as an integer (atoi), or `fallback` when it is not set.
+inline int integer(const char* name, int fallback) {
+  const char* v = text(name);
+  return v ? std::atoi(v) : fallback;
+}
+// Whether it is set to exactly `value`.
+inline bool equals(const char* name, const char* value) {
+  const char* v = text(name);
+  return v != nullptr && !std::strcmp(v, value);
+}
+
+inline bool pdl() {
+  static const bool on = [] {
+    const char* v = text("FP8MOE_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+inline int warm_kblocks() {
+  static const int n = integer("FP8MOE_WARM", 8);
+  return n;
+}
+inline int gemm_block_n() {  // 0: not set (the rule decides)
+  static const int n = integer("FP8MOE_GEMM_BLOCK_N", 0);
+  return n;
+}
+inline bool gemm_dynamic_off() {
+  static const bool off = equals("FP8MOE_GEMM_DYNAMIC", "0");
+  return off;
+}
+
+}  // namespace fp8moe::knobs
