@@ -15,6 +15,8 @@
 // gap before it (start_e == before_e for all e: every expert but the last fills whole tiles), live
 // row i is row i, and the kernel walks rows [0, before_E) exactly as the padded schedule walks
 // [0, m_cap), without the per-row expert bookkeeping.
+// Unlike the other kernels, act_quant lets the next kernel (GEMM2) start before its own wait for
+// GEMM1, and its CTAs without items exit without waiting (kernels/launch.cuh, perf notes v29).
 #include "kernels/act_quant.cuh"
 
 #include "kernels/common.cuh"
@@ -122,17 +124,22 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     rows = before[num_experts];
     if (start[num_experts] != 0) live = false;  // dense: live row i is row i, as in the padded walk
   }
-  detail::after_previous_kernel();
-#if defined(FP8MOE_PIPELINE_ABLATE) && (FP8MOE_PIPELINE_ABLATE & 4)
-  return;  // (investigation build: api/pipeline.cpp)
-#endif
-
   // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
   const int64_t items = rows * chunks;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
   const int64_t per_warp = layout::ceil_div(items, warps);
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp) * per_warp;
   int64_t count = items - first < per_warp ? items - first : per_warp;
+  // GEMM2 may start now (its part before the wait reads only ends[] and its weights; launch.cuh),
+  // and a CTA without items leaves without waiting, so that at decode GEMM2's CTAs take the SMs
+  // GEMM1 leaves while act_quant's few working CTAs run. CTA 0 always waits: act_quant completes
+  // only after GEMM1 has.
+  ptx::griddep_launch_dependents();
+  if (blockIdx.x != 0 && static_cast<int64_t>(blockIdx.x) * warps_per_block * per_warp >= items) return;
+  ptx::griddep_wait();
+#if defined(FP8MOE_PIPELINE_ABLATE) && (FP8MOE_PIPELINE_ABLATE & 4)
+  return;  // (investigation build: api/pipeline.cpp)
+#endif
   if (count <= 0) return;
   int64_t i = first / chunks;
   int chunk = static_cast<int>(first - i * chunks);
