@@ -8,9 +8,9 @@
 #include "api/internal.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "kernels/act_quant.cuh"
-#include "knobs/knobs.hpp"
 #include "kernels/permute.cuh"
 #include "kernels/unpermute.cuh"
+#include "knobs/knobs.hpp"
 
 // Investigation builds only, never the default: -DFP8MOE_PIPELINE_ABLATE=N leaves stages out of the
 // launch sequence to bound what fusing them into their neighbours could save (bit 1: act_quant,

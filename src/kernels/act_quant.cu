@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   const int64_t per_warp = layout::ceil_div(items, warps);
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp) * per_warp;
   int64_t count = items - first < per_warp ? items - first : per_warp;
-  // GEMM2 may start now (its part before the wait reads only ends[] and its weights; launch.cuh),
+  // GEMM2 may start now (its part before the wait reads only the metadata and its weights; launch.cuh),
   // and a CTA without items leaves without waiting, so that at decode GEMM2's CTAs take the SMs
   // GEMM1 leaves while act_quant's few working CTAs run. CTA 0 always waits: act_quant completes
   // only after GEMM1 has.

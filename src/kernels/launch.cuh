@@ -17,9 +17,10 @@
 //     the input quantization end ~0.8 us sooner but GEMM1 ~0.7 us later (perf notes v18).
 //   - one exception: act_quant triggers GEMM2 before its own wait, and its CTAs without items exit
 //     without waiting (CTA 0 always waits, so act_quant still completes only after GEMM1). GEMM2's
-//     part before its wait may therefore run beside GEMM1 as well; it reads only ends[] (four
-//     launches back) and the weights. At decode GEMM2's CTAs then take the SMs GEMM1 leaves while
-//     act_quant's few working CTAs run (Qwen3-30B 512/16 -1.0 us, 512/1 -2.6; perf notes v29).
+//     part before its wait may therefore run beside GEMM1 as well; it reads only the metadata
+//     kernel's ends[] or row_expert (four launches back) and the weights. At decode GEMM2's CTAs
+//     then take the SMs GEMM1 leaves while act_quant's few working CTAs run (Qwen3-30B 512/16
+//     -0.4..-1.0 us, 512/1 -2.1..-2.6; perf notes v29).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
 // launches; for A/B measurements; knobs/knobs.hpp).
 #pragma once
