@@ -23,6 +23,8 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_common.cuh"
+#include "kernels/launch.cuh"
 #include "ptx/ptx.cuh"
 
 namespace {
@@ -42,12 +44,6 @@ struct Params {
   unsigned long long work_ns;
   int flag;
 };
-
-__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
-  unsigned int v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // (The dynamic shared memory is only reserved, to keep one CTA per SM.)
 __global__ void __launch_bounds__(kThreads) kernel_a(Params p) {
@@ -69,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) kernel_b(Params p) {
   if (threadIdx.x == 0) p.stamps->b_start[blockIdx.x] = fp8moe::ptx::globaltimer();
   if (p.flag) {
     if (threadIdx.x == 0) {
-      while (load_acquire(p.counter) < p.expected) {
+      while (fp8moe::ptx::ld_acquire_gpu(p.counter) < p.expected) {
       }
     }
     __syncthreads();
@@ -77,20 +73,6 @@ __global__ void __launch_bounds__(kThreads) kernel_b(Params p) {
     fp8moe::ptx::griddep_wait();
   }
   if (threadIdx.x == 0) p.stamps->b_release[blockIdx.x] = fp8moe::ptx::globaltimer();
-}
-
-#define CHECK(x)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "fp8moe-handoff: %s: %s\n", #x, cudaGetErrorString(e_));              \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -114,20 +96,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (ctas <= 0) ctas = sms;
   if (reps < 1 || ctas > kMaxCtas || work_us < 0) {
     std::fprintf(stderr, "fp8moe-handoff: bad arguments\n");
     return 2;
   }
-  CHECK(cudaFuncSetAttribute(kernel_a, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem));
-  CHECK(cudaFuncSetAttribute(kernel_b, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem));
+  BENCH_CUDA(cudaFuncSetAttribute(kernel_a, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem));
+  BENCH_CUDA(cudaFuncSetAttribute(kernel_b, cudaFuncAttributeMaxDynamicSharedMemorySize, kBigSmem));
   Stamps* stamps = nullptr;
   unsigned int* counter = nullptr;
-  CHECK(cudaMalloc(&stamps, sizeof(Stamps)));
-  CHECK(cudaMalloc(&counter, sizeof(unsigned int)));
+  BENCH_CUDA(cudaMalloc(&stamps, sizeof(Stamps)));
+  BENCH_CUDA(cudaMalloc(&counter, sizeof(unsigned int)));
   cudaStream_t stream;
-  CHECK(cudaStreamCreate(&stream));
+  BENCH_CUDA(cudaStreamCreate(&stream));
   std::vector<Stamps> host(1);
 
   std::printf("fp8moe-handoff: %d CTAs x %d threads each, A spins %.1f us, %d reps; medians in us after A's last CTA ends\n",
@@ -139,8 +121,8 @@ int main(int argc, char** argv) {
       for (int b_big = 0; b_big < 2; ++b_big) {
         std::vector<double> first_start, first_go, last_go;
         for (int r = 0; r < reps + 3; ++r) {
-          CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned int), stream));
-          CHECK(cudaMemsetAsync(stamps, 0, sizeof(Stamps), stream));
+          BENCH_CUDA(cudaMemsetAsync(counter, 0, sizeof(unsigned int), stream));
+          BENCH_CUDA(cudaMemsetAsync(stamps, 0, sizeof(Stamps), stream));
           Params p{stamps, counter, static_cast<unsigned int>(ctas),
                    static_cast<unsigned long long>(work_us * 1000.0), flag};
           cudaLaunchConfig_t c{};
@@ -148,16 +130,14 @@ int main(int argc, char** argv) {
           c.blockDim = dim3(kThreads);
           c.stream = stream;
           c.dynamicSmemBytes = a_big ? kBigSmem : 0;
-          CHECK(cudaLaunchKernelEx(&c, kernel_a, p));
-          cudaLaunchAttribute attr{};
-          attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr.val.programmaticStreamSerializationAllowed = 1;
+          BENCH_CUDA(cudaLaunchKernelEx(&c, kernel_a, p));
+          cudaLaunchAttribute attr = fp8moe::kernels::pdl_attribute();  // as the pipeline launches
           c.attrs = &attr;
           c.numAttrs = 1;
           c.dynamicSmemBytes = b_big ? kBigSmem : 0;
-          CHECK(cudaLaunchKernelEx(&c, kernel_b, p));
-          CHECK(cudaMemcpyAsync(host.data(), stamps, sizeof(Stamps), cudaMemcpyDeviceToHost, stream));
-          CHECK(cudaStreamSynchronize(stream));
+          BENCH_CUDA(cudaLaunchKernelEx(&c, kernel_b, p));
+          BENCH_CUDA(cudaMemcpyAsync(host.data(), stamps, sizeof(Stamps), cudaMemcpyDeviceToHost, stream));
+          BENCH_CUDA(cudaStreamSynchronize(stream));
           if (r < 3) continue;  // warm-up
           const Stamps& s = host[0];
           const unsigned long long a_last = *std::max_element(s.a_end, s.a_end + ctas);
@@ -170,11 +150,12 @@ int main(int argc, char** argv) {
           last_go.push_back(us(b_last));
         }
         std::printf("%-5s %-9s %-9s %14.2f %14.2f %14.2f\n", flag ? "flag" : "pdl", a_big ? "200 KB" : "0",
-                    b_big ? "200 KB" : "0", median(first_start), median(first_go), median(last_go));
+                    b_big ? "200 KB" : "0", fp8moe::bench::stats_of(first_start).median, fp8moe::bench::stats_of(first_go).median,
+                    fp8moe::bench::stats_of(last_go).median);
       }
     }
   }
-  CHECK(cudaFree(stamps));
-  CHECK(cudaFree(counter));
+  BENCH_CUDA(cudaFree(stamps));
+  BENCH_CUDA(cudaFree(counter));
   return 0;
 }

@@ -133,7 +133,8 @@ int block_n_for(const GroupedGemmArgs& a) {
 // Dynamic tiles (the kernel's `dynamic`): live single CTAs given a counter, unless
 // FP8MOE_GEMM_DYNAMIC=0. The padded baseline keeps the fixed stride engines use.
 int32_t* tile_counter_for(const GroupedGemmArgs& a) {
-  if (knobs::gemm_dynamic_off() || a.schedule != layout::Schedule::kLive || cluster_for(a) != GemmCluster::kSingle) return nullptr;
+  if (knobs::gemm_dynamic_off() || a.schedule != layout::Schedule::kLive || cluster_for(a) != GemmCluster::kSingle)
+    return nullptr;
   return a.tile_counter;
 }
 
