@@ -78,8 +78,6 @@ struct WorkspaceLayout {
   size_t ends = 0;          // int32 [E]     prefix-sum layout: end row of each expert
   size_t error_count = 0;   // int32 [1]     invalid expert ids seen by the last run
   size_t tile_counters = 0; // int32 [2]     GEMM1's and GEMM2's tile claims (zeroed by every run)
-  size_t pair_counters = 0; // int32 [M_cap/128, I/128] GEMM1's (gate, up) tile pairs done, for the
-                            //   activation in its epilogue (zeroed by every run that uses them)
   size_t row_of = 0;        // int32 [C, k]  permuted row of (t, j), -1 if not routed
   size_t row_expert = 0;    // int32 [M_cap] padded schedule: expert of each row, -1 in padding
   size_t a1 = 0;            // FP8 [M_cap, H]

@@ -140,7 +140,6 @@ Status detail::plan(const Config& c, WorkspaceLayout* out) {
   w.ends = p.place(c.num_experts, sizeof(int32_t));
   w.error_count = p.place(1, sizeof(int32_t));
   w.tile_counters = p.place(2, sizeof(int32_t));
-  w.pair_counters = p.place(mcap / layout::kTileM * (c.intermediate / layout::kGroup), sizeof(int32_t));
   w.row_of = p.place(c.capacity * c.top_k, sizeof(int32_t));
   w.row_expert = p.place(mcap, sizeof(int32_t));
   w.a1 = p.place(mcap, c.hidden);                                                    // FP8

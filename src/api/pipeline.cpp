@@ -90,23 +90,6 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.d = at<void>(args, layout.y1);
   g.n = static_cast<int>(2 * config.intermediate);
   g.k = static_cast<int>(config.hidden);
-  // GEMM1 activates the rows of its decode tiles itself (at most 16 live rows; gemm::GemmFusedAct),
-  // where its kernel can: the live schedule with fp32 or fp32_pow2 scales. act_quant leaves exactly
-  // those rows out. The padded baseline keeps GEMM1 + act_quant, as engines run it today.
-  const bool fp32_scales = format != fp8moe::layout::ScaleFormat::kUe8m0Packed;
-  if (live && fp32_scales && !knobs::fused_act_off()) {
-    g.fused_act.pair_counters = at<int32_t>(args, layout.pair_counters);
-    g.fused_act.intermediate = config.intermediate;
-    g.fused_act.act = act_params(config);
-    g.fused_act.pow2 = format == fp8moe::layout::ScaleFormat::kFp32Pow2;
-    g.fused_act.a2 = at<uint8_t>(args, layout.a2);
-    g.fused_act.a2_scale = at<float>(args, layout.a2_scale);
-  }
-  const sched::FusedAct fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_fused_act(g);
-  if (fused_act != sched::FusedAct::kNone) {  // zeroed by the metadata kernel, three launches before GEMM1's epilogue
-    perm.gemm_pair_counters = g.fused_act.pair_counters;
-    perm.gemm_pair_counter_count = static_cast<int>(layout.m_cap / 128 * (config.intermediate / 128));
-  }
   if (live && knobs::warm_kblocks() > 0) {  // GEMM1's first weights into L2 beside the metadata kernel
     perm.warm_rows = gemm::sm90_fp8_grouped_gemm_1d2d_first_wave_rows(g);
     perm.warm_kblocks = knobs::warm_kblocks();
@@ -128,13 +111,11 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.y1 = g.d;
   act.a2 = at<uint8_t>(args, layout.a2);
   act.a2_scale = at<void>(args, layout.a2_scale);
-  act.gemm1_fused_act = fused_act;
   if (!(FP8MOE_PIPELINE_ABLATE & 1))
     if (Status s = check(kernels::launch_act_quant(act, stream), "activation+quantization"); s != Status::kSuccess)
       return s;
 
   g.tile_counter = tile_counters + 1;
-  g.fused_act = gemm::GemmFusedAct{};  // (GEMM1 only)
   g.a = act.a2;
   g.a_scale = static_cast<const float*>(act.a2_scale);
   g.b = static_cast<const uint8_t*>(args.w2);

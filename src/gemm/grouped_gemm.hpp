@@ -9,8 +9,6 @@
 #include <cstdint>
 
 #include "layout/layout.cuh"
-#include "numerics/numerics.cuh"
-#include "schedulers/grouped_tiles.cuh"
 
 namespace fp8moe::gemm {
 
@@ -18,21 +16,6 @@ namespace fp8moe::gemm {
 // means single CTAs unless FP8MOE_GEMM_CLUSTER=2 (pairs along N, sharing A) or =2m (pairs along M,
 // sharing B; live schedule only) is set).
 enum class GemmCluster : int { kAuto = 0, kSingle = 1, kPairN = 2, kPairM = 3 };
-
-// GEMM1 of the live schedule only: SPEC step 4 (activation + quantization) for the rows of every
-// M-tile with at most sched::kFusedActMaxRows live rows, done in the GEMM's epilogue. Each such
-// tile counts itself on its (gate, up) pair's counter (columns [128j, 128j + 128) and I + the same);
-// the second tile of a pair reads both back from D (in L2), activates and quantizes them exactly as
-// kernels/act_quant.cu does, and writes A2 and its scales. Which kernels do it:
-// sm90_fp8_grouped_gemm_1d2d_fused_act() (act_quant must leave the same rows out).
-struct GemmFusedAct {
-  int32_t* pair_counters = nullptr;  // int32 [m_cap / 128 * I / 128], zero at launch; null: not fused
-  int64_t intermediate = 0;          // I (the GEMM's n is 2I)
-  num::ActParams act;
-  bool pow2 = false;                 // scales in fp32_pow2 (else fp32; the packed format is not fused)
-  uint8_t* a2 = nullptr;             // FP8 [m_cap, I]
-  float* a2_scale = nullptr;         // FP32 [I / 128, m_pad] (MN-major, SPEC section 3)
-};
 
 struct GroupedGemmArgs {
   const uint8_t* a = nullptr;     // FP8 E4M3 [m_cap, k]
@@ -59,10 +42,6 @@ struct GroupedGemmArgs {
   // order (dynamic tiles) instead of a fixed stride of gridDim; after the launch it holds the
   // number of tiles. FP8MOE_GEMM_DYNAMIC=0 ignores it (for A/B runs).
   int32_t* tile_counter = nullptr;
-  // The live schedule's tile width: 0 chooses it (capacity rule, then the live rows on the device),
-  // 128 or 192 force it (tests; FP8MOE_GEMM_BLOCK_N overrides this too).
-  int block_n = 0;
-  GemmFusedAct fused_act;  // GEMM1 only (see above)
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
@@ -80,10 +59,6 @@ struct GemmLaunchInfo {
   bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
-// Which of `args`' tiles activate their rows in the epilogue (args.fused_act): kNone, kAlways (the
-// fixed 128-wide live kernel with single CTAs) or kNarrow (the auto-width kernel, when the device
-// picks its 128-wide body). Tell kernels::ActQuantParams::gemm1_fused_act the same.
-sched::FusedAct sm90_fp8_grouped_gemm_1d2d_fused_act(const GroupedGemmArgs& args);
 // The weight rows the live kernel's first wave of tiles streams when no touched expert has more
 // than 128 live rows (decode): every CTA starts on one 128-wide tile, tile ids run expert by
 // expert and column block by column block, so these are the first rows of the touched experts'

@@ -122,7 +122,7 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
 
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
-  const int forced = knobs::gemm_block_n() ? knobs::gemm_block_n() : a.block_n;
+  const int forced = knobs::gemm_block_n();
   if (forced == 128 || forced == 192) return forced;
   // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
   const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
@@ -165,26 +165,13 @@ GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
   return info;
 }
 
-sched::FusedAct sm90_fp8_grouped_gemm_1d2d_fused_act(const GroupedGemmArgs& a) {
-  if (a.fused_act.pair_counters == nullptr || a.schedule != layout::Schedule::kLive ||
-      cluster_for(a) != GemmCluster::kSingle)
-    return sched::FusedAct::kNone;
-  const int block_n = block_n_for(a);
-  return block_n == 0 ? sched::FusedAct::kNarrow : block_n == 128 ? sched::FusedAct::kAlways : sched::FusedAct::kNone;
-}
-
 int sm90_fp8_grouped_gemm_1d2d_first_wave_rows(const GroupedGemmArgs& a) {
   return sm90_fp8_grouped_gemm_1d2d_info(a).ctas * 128;  // the decode body's width (block_n_for)
 }
 
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t stream) {
   if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1 ||
-      a.num_experts > sched::kMaxLiveExperts || (a.block_n != 0 && a.block_n != 128 && a.block_n != 192))
-    return cudaErrorInvalidValue;
-  const GemmFusedAct& fa = a.fused_act;
-  if (fa.pair_counters != nullptr &&
-      (fa.intermediate <= 0 || fa.intermediate % 128 || 2 * fa.intermediate != a.n || fa.a2 == nullptr ||
-       fa.a2_scale == nullptr || (fa.act.kind != num::ActKind::kSilu && fa.act.kind != num::ActKind::kSwigluOai)))
+      a.num_experts > sched::kMaxLiveExperts)
     return cudaErrorInvalidValue;
   Sm90GemmParams p{};
   bool ok = true;
@@ -218,14 +205,6 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   p.n = a.n;
   p.k = a.k;
   p.num_experts = a.num_experts;
-  if (sm90_fp8_grouped_gemm_1d2d_fused_act(a) != sched::FusedAct::kNone) {
-    p.pair_counters = fa.pair_counters;
-    p.a2 = fa.a2;
-    p.a2_scale = fa.a2_scale;
-    p.m_pad = a.m_pad;
-    p.act = fa.act;
-    p.act_pow2 = fa.pow2;
-  }
   return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream, a.dependent_launch); });
 }
 

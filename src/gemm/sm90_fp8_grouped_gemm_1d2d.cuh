@@ -51,7 +51,6 @@
 #include <type_traits>
 
 #include "gemm/grouped_gemm.hpp"
-#include "kernels/common.cuh"
 #include "layout/layout.cuh"
 #include "ptx/ptx.cuh"
 #include "schedulers/grouped_tiles.cuh"
@@ -117,14 +116,6 @@ struct Sm90GemmParams {
   int n, k, num_experts;
   CUtensorMap map_b_half;  // as map_b with box BN/2 x 128 (kPairM clusters)
   CUtensorMap map_d;       // d, box 64 x 64 (128 bytes), 128-byte swizzle: the 192-wide epilogue's stores
-  // GEMM1's activation for tiles of at most sched::kFusedActMaxRows live rows (GemmFusedAct; the
-  // 128-wide live body with single CTAs; null pair_counters: none).
-  int32_t* pair_counters;
-  uint8_t* a2;
-  float* a2_scale;
-  int64_t m_pad;
-  num::ActParams act;
-  bool act_pow2;
 };
 
 #if FP8MOE_GEMM_TRACE
@@ -238,56 +229,6 @@ template <int kCluster>
 __device__ __forceinline__ int first_tile_id() { return static_cast<int>(blockIdx.x) / kCluster; }
 template <int kCluster>
 __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.x) / kCluster; }
-
-// GEMM1's activation for a tile of at most sched::kFusedActMaxRows live rows (GemmFusedAct),
-// run by warpgroup 0 (the only one with live rows) right after it stored the tile's rows of D.
-// The tile counts itself on its (gate, up) pair's counter; the second of the two reads both 128-
-// column blocks of those rows back from D (L2: written by this CTA or another one) and does what
-// kernels/act_quant.cu does for them, with the same per-lane steps (kernels/common.cuh), so A2
-// and its scales are the same bits: warp w takes rows 4w..4w+3, 8 lanes per row, 16 columns each.
-__device__ __forceinline__ void sm90_fused_act_pair(const Sm90GemmParams& p, const sched::TileInfo& t) {
-  namespace kd = kernels::detail;
-  const int inter = p.n / 2;
-  const int pair = (t.n_col < inter ? t.n_col : t.n_col - inter) / 128;
-  ptx::named_barrier(1, 128);  // every thread of warpgroup 0 has stored its part of the tile
-  bool second = false;
-  if (threadIdx.x == 0) {
-    __threadfence();  // release: the warpgroup's stores of this tile before its count
-    second = atomicAdd(p.pair_counters + t.m_row / 128 * (inter / 128) + pair, 1) == 1;
-    if (second) __threadfence();  // acquire: the other tile's stores
-  }
-  if (!ptx::named_barrier_or(1, 128, second)) return;
-  const int lane = threadIdx.x % 32;
-  const int r = (threadIdx.x / 32) * 4 + lane / kd::kLanesPerGroup;  // row in the tile
-  const bool active = r < t.row_end - t.m_row;
-  const int col = pair * 128 + (lane % kd::kLanesPerGroup) * kd::kValuesPerLane;
-  const int64_t row = t.m_row + r;
-  const uint4* gate = reinterpret_cast<const uint4*>(p.d + row * p.n + col);
-  const uint4* up = reinterpret_cast<const uint4*>(p.d + row * p.n + inter + col);
-  auto load = [&](uint32_t(&gw)[8], uint32_t(&uw)[8]) {
-    uint4 v[4] = {};
-    if (active) v[0] = __ldcg(gate), v[1] = __ldcg(gate + 1), v[2] = __ldcg(up), v[3] = __ldcg(up + 1);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      gw[4 * i] = v[i].x, gw[4 * i + 1] = v[i].y, gw[4 * i + 2] = v[i].z, gw[4 * i + 3] = v[i].w;
-      uw[4 * i] = v[2 + i].x, uw[4 * i + 1] = v[2 + i].y, uw[4 * i + 2] = v[2 + i].z, uw[4 * i + 3] = v[2 + i].w;
-    }
-  };
-  uint32_t gw[8], uw[8], aw[8];
-  load(gw, uw);
-  const bool fast = p.act.kind == num::ActKind::kSilu ? kd::activate_lane_fast<num::ActKind::kSilu>(gw, uw, p.act, aw)
-                                                      : kd::activate_lane_fast<num::ActKind::kSwigluOai>(gw, uw, p.act, aw);
-  if (!fast) {  // rare, divergent: reload, exact path
-    load(gw, uw);
-    kd::activate_lane_exact(gw, uw, p.act, aw);
-  }
-  uint4 codes;
-  const float scale = p.act_pow2 ? kd::quantize_lane<true>(aw, codes) : kd::quantize_lane<false>(aw, codes);
-  if (active) {
-    *reinterpret_cast<uint4*>(p.a2 + row * inter + col) = codes;
-    if (lane % kd::kLanesPerGroup == 0) p.a2_scale[layout::fp32_scale_index(row, pair, p.m_pad)] = scale;
-  }
-}
 
 // The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
 // ends_staged: the caller's warp 0 has already stored ends[] at Cfg::kEndsOffset (the auto-width
@@ -963,9 +904,6 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           stage_half(h, tile_d);
           ptx::named_barrier(1 + warpgroup, 128);
           copy_out(tile_d, d_rows + 64 * h, rows_to_store);
-        }
-        if constexpr (kLive && kBlockN == 128 && kCluster == 1) {  // (warpgroup 0: the other has no live row)
-          if (p.pair_counters != nullptr && t.row_end - t.m_row <= sched::kFusedActMaxRows) sm90_fused_act_pair(p, t);
         }
       }
 #if FP8MOE_GEMM_TRACE >= 2

@@ -17,9 +17,6 @@
 // [0, m_cap), without the per-row expert bookkeeping.
 // Unlike the other kernels, act_quant lets the next kernel (GEMM2) start before its own wait for
 // GEMM1, and its CTAs without items exit without waiting (kernels/launch.cuh, perf notes v29).
-// gemm1_fused_act: the rows GEMM1 already activated in its epilogue (decode tiles of at most 16
-// live rows, sched::fused_act_rows) are not live rows here; at decode that is all of them, and every
-// CTA but CTA 0 leaves before the wait (perf notes v30).
 #include "kernels/act_quant.cuh"
 
 #include "kernels/common.cuh"
@@ -35,31 +32,11 @@ constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 3;  // 24 warps per SM: <= 80 registers (two items in flight per warp)
 constexpr int kMaxLiveExperts = 6000;  // (2E + 2) int32 tables in 48 KB of shared memory
 
-// Whether GEMM1 ran its 128-wide body with the activation in its epilogue for this ends[] (staged
-// in before[0..E)): sched::fused_act_applies with sched::wide_tiles from the same row counts the
-// GEMM's auto-width kernel uses. Warp 0 only (every lane gets the answer).
-__device__ bool gemm1_fused(sched::FusedAct mode, int num_experts, int lane, const int32_t* ends) {
-  if (mode != sched::FusedAct::kNarrow) return mode == sched::FusedAct::kAlways;
-  int m_tiles = 0, touched = 0;
-  for (int e = lane; e < num_experts; e += kWarp) {
-    const int rows = ends[e] - (e == 0 ? 0 : sched::tile_aligned32(ends[e - 1]));
-    m_tiles += rows > 0 ? (rows + layout::kTileM - 1) / layout::kTileM : 0;
-    touched += rows > 0;
-  }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    m_tiles += __shfl_xor_sync(kFullMask, m_tiles, offset);
-    touched += __shfl_xor_sync(kFullMask, touched, offset);
-  }
-  __syncwarp();  // (live_tables then rewrites ends[] in place)
-  return sched::fused_act_applies(mode, sched::wide_tiles(m_tiles, touched));
-}
-
 // Turns the raw ends[] that the CTA staged in before[0..E) into the tables before[0..E] (live rows
 // of the experts before e) and start[0..E) (first row of e), in place, and sets *dense to whether
-// start[e] == before[e] for every e (live row i is row i). With `fused`, an expert's last
-// sched::fused_act_rows(n) rows are not counted as live (GEMM1 activated them). Warp 0 only; the
-// caller synchronizes. Each lane reads only its own entry; the previous expert's end comes by shuffle.
-__device__ void live_tables(int num_experts, int lane, bool fused, int32_t* before, int32_t* start, int32_t* dense) {
+// start[e] == before[e] for every e (live row i is row i). Warp 0 only; the caller synchronizes.
+// Each lane reads only its own entry; the previous expert's end comes by shuffle.
+__device__ void live_tables(int num_experts, int lane, int32_t* before, int32_t* start, int32_t* dense) {
   int carry = 0, prev_chunk_end = 0;
   bool gapless = true;
   for (int e0 = 0; e0 < num_experts; e0 += kWarp) {
@@ -68,8 +45,7 @@ __device__ void live_tables(int num_experts, int lane, bool fused, int32_t* befo
     int prev_end = __shfl_up_sync(kFullMask, end, 1);
     if (lane == 0) prev_end = prev_chunk_end;
     const int first = e == 0 ? 0 : static_cast<int>(layout::round_up(prev_end, layout::kTileM));
-    const int rows = e < num_experts ? max(end - first, 0) : 0;
-    const int n = fused ? rows - sched::fused_act_rows(rows) : rows;
+    const int n = e < num_experts ? max(end - first, 0) : 0;
     int inclusive = n;
 #pragma unroll
     for (int offset = 1; offset < kWarp; offset *= 2) {
@@ -143,10 +119,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     // (kernels/launch.cuh) and overlaps GEMM1's last tiles.
     for (int e = threadIdx.x; e < num_experts; e += blockDim.x) before[e] = __ldg(p.ends + e);
     __syncthreads();
-    if (threadIdx.x < kWarp) {
-      const bool fused = gemm1_fused(p.gemm1_fused_act, num_experts, lane, before);
-      live_tables(num_experts, lane, fused, before, start, start + num_experts);
-    }
+    if (threadIdx.x < kWarp) live_tables(num_experts, lane, before, start, start + num_experts);
     __syncthreads();
     rows = before[num_experts];
     if (start[num_experts] != 0) live = false;  // dense: live row i is row i, as in the padded walk
@@ -290,10 +263,6 @@ cudaError_t launch_act_quant(const ActQuantParams& p, cudaStream_t stream) {
   if (p.schedule != layout::Schedule::kLive && p.schedule != layout::Schedule::kPadded) return cudaErrorInvalidValue;
   if (p.schedule == layout::Schedule::kLive &&
       (p.num_experts < 1 || p.num_experts > kMaxLiveExperts || p.ends == nullptr))
-    return cudaErrorInvalidValue;
-  if (p.gemm1_fused_act != sched::FusedAct::kNone &&  // (GEMM1's epilogue: live rows, fp32 scales)
-      (p.schedule != layout::Schedule::kLive || p.scale_format == layout::ScaleFormat::kUe8m0Packed ||
-       (p.gemm1_fused_act != sched::FusedAct::kNarrow && p.gemm1_fused_act != sched::FusedAct::kAlways)))
     return cudaErrorInvalidValue;
   if (p.m_cap == 0) return cudaSuccess;  // no rows
   if (p.y1 == nullptr || p.a2 == nullptr || p.a2_scale == nullptr) return cudaErrorInvalidValue;

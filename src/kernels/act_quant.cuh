@@ -15,7 +15,6 @@
 
 #include "layout/layout.cuh"
 #include "numerics/numerics.cuh"
-#include "schedulers/grouped_tiles.cuh"
 
 namespace fp8moe::kernels {
 
@@ -31,10 +30,6 @@ struct ActQuantParams {
   const void* y1 = nullptr;   // BF16 [m_cap, 2I]
   uint8_t* a2 = nullptr;      // FP8 [m_cap, I]
   void* a2_scale = nullptr;   // scales of a2 in scale_format
-  // kLive: the rows GEMM1 activated in its epilogue (gemm::sm90_fp8_grouped_gemm_1d2d_fused_act):
-  // with kNarrow (when !sched::wide_tiles for this ends[]) or kAlways, the last
-  // sched::fused_act_rows(n_e) rows of every expert are left out. fp32 and fp32_pow2 only.
-  sched::FusedAct gemm1_fused_act = sched::FusedAct::kNone;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers (E <= 6000 for kLive).

@@ -213,8 +213,6 @@ __global__ void __launch_bounds__(kMetadataMaxWarps * kWarp, 1) permute_metadata
   const int all_slots = static_cast<int>(p.tokens * top_k);
 
   for (int i = threadIdx.x; i < num_warps * num_experts; i += blockDim.x) table[i] = 0;
-  if (leader_cta)  // (read by GEMM1's epilogue, three launches on)
-    for (int i = threadIdx.x; i < p.gemm_pair_counter_count; i += blockDim.x) p.gemm_pair_counters[i] = 0;
   __syncthreads();
 
   // This warp's slots [lo, hi): with one CTA at least a batch per warp, so only the first
@@ -456,8 +454,6 @@ cudaError_t launch_permute_metadata(const PermuteParams& p, cudaStream_t stream)
   if (p.counts == nullptr || p.ends == nullptr || p.error_count == nullptr) return cudaErrorInvalidValue;
   if (p.tokens > 0 && (p.topk_ids == nullptr || p.row_of == nullptr)) return cudaErrorInvalidValue;
   if (p.metadata_ctas < 1 || p.metadata_ctas > kMetadataMaxCtas) return cudaErrorInvalidValue;
-  if (p.gemm_pair_counter_count < 0 || (p.gemm_pair_counter_count > 0 && p.gemm_pair_counters == nullptr))
-    return cudaErrorInvalidValue;
   if (p.metadata_ctas == 1) {
     const int warps = metadata_warps(p.num_experts, 2, kMetadataMaxWarps);  // + start, end
     if (warps < 1) return cudaErrorInvalidValue;

@@ -4,7 +4,7 @@
 //
 // Kernels, launched in this order on one stream:
 //   permute_metadata   deterministic (no atomics decide any order); resets and sets the error
-//                      counter and zeroes the GEMMs' tile (and GEMM1's pair) counters, so every run (and every
+//                      counter and zeroes the GEMMs' tile counters, so every run (and every
 //                      graph replay) starts from zero. One CTA up to kMetadataOneCtaSlots slots
 //                      of capacity; above, a grid of CTAs over contiguous slot ranges, preceded
 //                      by a count kernel that writes each CTA's per-expert counts to a scratch
@@ -41,8 +41,6 @@ struct PermuteParams {
   int32_t* row_of = nullptr;       // int32 [T, k]   permuted row of (t, j), -1 if not routed
   int32_t* row_expert = nullptr;   // optional int32 [m_cap]: expert of each row, -1 in gaps and tail
   int32_t* gemm_tile_counters = nullptr;  // optional int32 [2]: zeroed for the GEMMs' tile claims
-  int32_t* gemm_pair_counters = nullptr;  // optional int32 [count]: zeroed for GEMM1's fused activation
-  int gemm_pair_counter_count = 0;
   // ---- metadata grid: CTAs of permute_metadata (1, or metadata_ctas(...) with a scratch table)
   int metadata_ctas = 1;
   int32_t* cta_counts = nullptr;   // int32 [metadata_ctas, E + 1] when metadata_ctas > 1

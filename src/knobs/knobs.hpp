@@ -7,7 +7,6 @@
 //   FP8MOE_GEMM_BLOCK_N=128|192  the live GEMMs' tile width instead of the rule (gemm/*.cu)
 //   FP8MOE_GEMM_CLUSTER=2|2n|2m  2-CTA clusters sharing A (N-pairs) or B (M-pairs) (gemm/*.cu)
 //   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
-//   FP8MOE_FUSED_ACT=0      act_quant activates every live row, none in GEMM1's epilogue (api/pipeline.cpp)
 #pragma once
 
 #include <cstdlib>
@@ -45,11 +44,6 @@ inline int gemm_block_n() {  // 0: not set (the rule decides)
 }
 inline bool gemm_dynamic_off() {
   static const bool off = equals("FP8MOE_GEMM_DYNAMIC", "0");
-  return off;
-}
-
-inline bool fused_act_off() {
-  static const bool off = equals("FP8MOE_FUSED_ACT", "0");
   return off;
 }
 

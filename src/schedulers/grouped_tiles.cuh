@@ -69,25 +69,6 @@ FP8MOE_HD void fill_tile_lut(int32_t* lut, int e, int num_experts, int first, in
 constexpr int kTallBlockN = 128;
 FP8MOE_HD bool tall_expert(int rows) { return rows > layout::kTileM && rows <= layout::kTileM * 3 / 2; }
 
-// The activation in GEMM1's epilogue (decode tiles; see the GEMM kernel and kernels/act_quant.cu):
-// the 128-wide live body activates and quantizes the rows of every M-tile with at most this many
-// live rows (the tiles that load the 16-row A box), and act_quant leaves exactly those rows out.
-// An expert's M-tiles are full but its last, so only the last one can qualify; this is how many of
-// the expert's `rows` (its last ones) GEMM1 takes, 0 when none.
-constexpr int kFusedActMaxRows = 16;
-FP8MOE_HD int fused_act_rows(int rows) {
-  if (rows <= 0) return 0;
-  const int last = rows - (rows - 1) / layout::kTileM * layout::kTileM;  // 1..128
-  return last <= kFusedActMaxRows ? last : 0;
-}
-// Which GEMM1 tiles activate their rows (the host's choice, from the kernel the GEMM runs):
-// kNone, kNarrow (the auto-width kernel: only when the device picks its 128-wide body, i.e.
-// !wide_tiles()), kAlways (the fixed 128-wide live kernel with single CTAs).
-enum class FusedAct : int { kNone = 0, kNarrow = 1, kAlways = 2 };
-FP8MOE_HD bool fused_act_applies(FusedAct mode, bool wide) {
-  return mode == FusedAct::kAlways || (mode == FusedAct::kNarrow && !wide);
-}
-
 struct TileInfo {
   int32_t expert = 0;   // expert whose weights the tile multiplies
   int32_t m_row = 0;    // first permuted row of the tile

@@ -374,7 +374,6 @@ std::vector<Buffer> expected_buffers(const Config& c, const WorkspaceLayout& w) 
       {"ends", w.ends, 4 * E},
       {"error_count", w.error_count, 4},
       {"tile_counters", w.tile_counters, 8},
-      {"pair_counters", w.pair_counters, 4 * (mcap / 128) * (I / 128)},
       {"row_of", w.row_of, 4 * C * k},
       {"row_expert", w.row_expert, 4 * mcap},
       {"a1", w.a1, mcap * H},
@@ -437,9 +436,8 @@ TEST(Api, SeedCaseNumbers) {
   EXPECT_EQ(w.ends, 256u);
   EXPECT_EQ(w.error_count, 512u);
   EXPECT_EQ(w.tile_counters, 768u);
-  EXPECT_EQ(w.pair_counters, 1024u);  // int32 [8192 / 128, 2048 / 128]
-  EXPECT_EQ(w.row_of, 1024u + 4096u);
-  EXPECT_EQ(w.row_expert, 5120u + 16384u);
+  EXPECT_EQ(w.row_of, 1024u);
+  EXPECT_EQ(w.row_expert, 1024u + 16384u);
 }
 
 TEST(Api, WorkspaceGrowsWithCapacity) {

@@ -166,21 +166,6 @@ TEST(LiveTileScheduler, TallExpertRule) {
 }
 
 // 2-CTA clusters of M-neighbours (FP8MOE_GEMM_CLUSTER=2m): 256-row blocks, each CTA a 128-row half.
-// GEMM1's fused activation takes an expert's last M-tile when it holds 1..16 live rows, and only
-// where the GEMM runs 128 wide (the auto kernel: when it does not pick 192 for these rows).
-TEST(FusedActRule, LastTileOfAtMost16Rows) {
-  const std::vector<std::pair<int, int>> rows_taken = {{-5, 0},  {0, 0},   {1, 1},   {9, 9},    {16, 16},
-                                                       {17, 0},  {64, 0},  {128, 0}, {129, 1},  {144, 16},
-                                                       {145, 0}, {256, 0}, {257, 1}, {272, 16}, {273, 0}};
-  for (const auto& [rows, taken] : rows_taken) EXPECT_EQ(sched::fused_act_rows(rows), taken) << rows << " rows";
-  using sched::FusedAct;
-  EXPECT_FALSE(sched::fused_act_applies(FusedAct::kNone, false));
-  EXPECT_FALSE(sched::fused_act_applies(FusedAct::kNarrow, true));
-  EXPECT_TRUE(sched::fused_act_applies(FusedAct::kNarrow, false));
-  EXPECT_TRUE(sched::fused_act_applies(FusedAct::kAlways, true));
-  EXPECT_TRUE(sched::fused_act_applies(FusedAct::kAlways, false));
-}
-
 TEST(LiveTileScheduler, PairsOfMNeighbours) {
   test::Rng rng(test::fresh_seed());
   check_shapes<256, 128, false>(rng);

@@ -182,83 +182,6 @@ TEST(ActQuant, SeedShapeDecode) {
   check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng);
 }
 
-// GEMM1 activated some rows in its epilogue (gemm1_fused_act): act_quant must leave exactly those
-// (each expert's last sched::fused_act_rows(n) rows, when the mode applies to this routing) with
-// their poison and do every other live row as the reference does.
-void check_skips_fused_rows(const ref::Permutation& perm, int64_t inter, fp8moe::sched::FusedAct mode,
-                            int64_t expect_skipped, Rng& rng) {
-  namespace sched = fp8moe::sched;
-  const int E = static_cast<int>(perm.ends.size());
-  const std::vector<uint16_t> y1 = make_y1(rng, perm.m_cap, inter);
-  Uploaded<uint16_t> d_y1(y1);
-  Uploaded<int32_t> d_ends(perm.ends);
-  DeviceBuffer<uint8_t> d_a2(perm.m_cap * inter);
-  const auto tiles = sched::touched_tiles(perm.counts.data(), E);
-  const bool fused = sched::fused_act_applies(mode, sched::wide_tiles(tiles.m_tiles, tiles.touched));
-  for (ScaleFormat f : {ScaleFormat::kFp32, ScaleFormat::kFp32Pow2}) {
-    SCOPED_TRACE(std::string("format ") + format_name(f));
-    DeviceBuffer<int32_t> d_scale(ref::scale_elems(f, perm.m_pad, inter));
-    std::vector<uint8_t> want_a2(d_a2.count, 0xFF);
-    std::vector<int32_t> want_scale(d_scale.count, -1);
-    ref::act_quant(perm, E, y1.data(), inter, swiglu_oai(), f, want_a2.data(), want_scale.data());
-    int64_t skipped = 0;
-    for (int e = 0; e < E && fused; ++e) {
-      const int rows = sched::fused_act_rows(perm.counts[e]);
-      for (int64_t r = perm.ends[e] - rows; r < perm.ends[e]; ++r, ++skipped) {
-        std::fill(want_a2.begin() + r * inter, want_a2.begin() + (r + 1) * inter, 0xFF);
-        for (int64_t g = 0; g < inter / layout::kGroup; ++g) want_scale[layout::fp32_scale_index(r, g, perm.m_pad)] = -1;
-      }
-    }
-    EXPECT_EQ(skipped, expect_skipped) << "rows GEMM1 would have activated";
-    kernels::ActQuantParams p;
-    p.m_cap = perm.m_cap;
-    p.intermediate = inter;
-    p.num_experts = E;
-    p.ends = d_ends.ptr;
-    p.act = swiglu_oai();
-    p.scale_format = f;
-    p.y1 = d_y1.ptr;
-    p.a2 = d_a2.ptr;
-    p.a2_scale = d_scale.ptr;
-    p.gemm1_fused_act = mode;
-    d_a2.poison(0xFF);
-    d_scale.poison(0xFF);
-    CUDA_OK(kernels::launch_act_quant(p, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(same_bits(d_a2.download(), want_a2, "a2"));
-    EXPECT_TRUE(same_bits(d_scale.download(), want_scale, "a2_scale"));
-  }
-}
-
-TEST(ActQuant, LeavesOutRowsGemm1Activated) {
-  FP8MOE_REQUIRE_GPU();
-  Rng rng(fresh_seed());
-  using fp8moe::sched::FusedAct;
-  // Decode-like (every expert within one M-tile: GEMM1's auto kernel runs 128 wide): experts of
-  // 1..16 rows are GEMM1's, 17 and 100 act_quant's.
-  const ref::Permutation decode = permutation_from_counts({4, 0, 16, 17, 1, 100, 9}, 64, 4);
-  check_skips_fused_rows(decode, 256, FusedAct::kNarrow, 4 + 16 + 1 + 9, rng);
-  check_skips_fused_rows(decode, 256, FusedAct::kNone, 0, rng);
-  // An expert past 128 rows: the auto kernel runs 192 wide and fuses nothing; the fixed 128-wide
-  // kernel fuses last M-tiles of at most 16 rows (129: 1 row, 144: 16; 145 and 300: none).
-  const ref::Permutation mixed = permutation_from_counts({129, 3, 144, 145, 0, 16, 300}, 300, 4);
-  check_skips_fused_rows(mixed, 384, FusedAct::kNarrow, 0, rng);
-  check_skips_fused_rows(mixed, 384, FusedAct::kAlways, 1 + 3 + 16 + 16, rng);
-  // All of a seed-shaped decode batch: every row is GEMM1's, and act_quant writes nothing.
-  ref::Shape s;
-  s.tokens = 16;
-  s.capacity = 512;
-  s.hidden = 7168;
-  s.intermediate = 2048;
-  s.num_experts = 32;
-  s.top_k = 8;
-  const std::vector<int32_t> ids = random_routing(rng, s.tokens, s.top_k, s.num_experts);
-  const ref::Permutation seed = ref::permute(s, ids.data(), nullptr, nullptr, 0);
-  int64_t rows = 0;
-  for (int32_t n : seed.counts) rows += n;
-  check_skips_fused_rows(seed, s.intermediate, FusedAct::kNarrow, rows, rng);
-}
-
 TEST(ActQuant, RejectsBadShapes) {
   FP8MOE_REQUIRE_GPU();
   kernels::ActQuantParams p;
@@ -267,18 +190,6 @@ TEST(ActQuant, RejectsBadShapes) {
   EXPECT_EQ(kernels::launch_act_quant(p, nullptr), cudaErrorInvalidValue);
   p.intermediate = 256;
   p.num_experts = 4;  // live without ends
-  EXPECT_EQ(kernels::launch_act_quant(p, nullptr), cudaErrorInvalidValue);
-  // GEMM1's fused activation exists for the live schedule and fp32 scales only.
-  DeviceBuffer<int32_t> ends(4);
-  DeviceBuffer<uint8_t> buf(128 * 1024);
-  p.ends = ends.ptr;
-  p.y1 = p.a2 = buf.ptr;
-  p.a2_scale = buf.ptr;
-  p.gemm1_fused_act = fp8moe::sched::FusedAct::kNarrow;
-  p.scale_format = ScaleFormat::kUe8m0Packed;
-  EXPECT_EQ(kernels::launch_act_quant(p, nullptr), cudaErrorInvalidValue);
-  p.scale_format = ScaleFormat::kFp32;
-  p.schedule = Schedule::kPadded;
   EXPECT_EQ(kernels::launch_act_quant(p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }

@@ -24,7 +24,6 @@ using fp8moe::layout::Schedule;
 using fp8moe::test::DeviceBuffer;
 namespace layout = fp8moe::layout;
 namespace num = fp8moe::num;
-namespace sched = fp8moe::sched;
 
 constexpr uint16_t kPoison = 0xFFFF;  // BF16 NaN: a written output can never look like poison
 
@@ -68,18 +67,11 @@ int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
   return tiles;
 }
 
-// Random operands for a case: its permutation, A (NaN in gap rows), B and their scales.
-struct GemmOperands {
-  fp8moe::ref::Permutation perm;
-  std::vector<uint8_t> a, b;
-  std::vector<float> a_scale, b_scale;
-};
-
-GemmOperands make_operands(const GemmCase& c) {
+// Builds random operands for `c`, runs both schedules and the reference.
+void run_case(const GemmCase& c, GemmRun& r) {
   const int num_experts = static_cast<int>(c.counts.size());
   std::mt19937_64 rng(fp8moe::test::fresh_seed());
-  GemmOperands o;
-  auto& p = o.perm;
+  auto& p = r.perm;
   p.counts = c.counts;
   p.ends.resize(num_experts);
   layout::ends_from_counts(p.counts.data(), num_experts, p.ends.data());
@@ -89,30 +81,19 @@ GemmOperands make_operands(const GemmCase& c) {
   layout::padded_row_expert(p.ends.data(), num_experts, p.m_cap, p.row_expert.data());
 
   const int64_t groups = c.k / 128;
-  o.a.resize(p.m_cap * c.k);
-  o.a_scale.resize(groups * p.m_pad);
+  std::vector<uint8_t> a(p.m_cap * c.k);
+  std::vector<float> a_scale(groups * p.m_pad);
   std::uniform_real_distribution<float> scale_dist(1e-3f, 1e-2f);
   for (int64_t row = 0; row < p.m_cap; ++row) {
     const bool live_row = p.row_expert[row] >= 0;
-    for (int64_t i = 0; i < c.k; ++i) o.a[row * c.k + i] = live_row ? random_fp8(rng) : 0x7F;  // NaN in gaps
+    for (int64_t i = 0; i < c.k; ++i) a[row * c.k + i] = live_row ? random_fp8(rng) : 0x7F;  // NaN in gaps
     for (int64_t g = 0; g < groups; ++g)
-      o.a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
+      a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
   }
-  o.b.resize(static_cast<size_t>(num_experts) * c.n * c.k);
-  for (auto& v : o.b) v = random_fp8(rng);
-  o.b_scale.resize(static_cast<size_t>(num_experts) * (c.n / 128) * groups);
-  for (auto& v : o.b_scale) v = scale_dist(rng);
-  return o;
-}
-
-// Builds random operands for `c`, runs both schedules and the reference.
-void run_case(const GemmCase& c, GemmRun& r) {
-  const int num_experts = static_cast<int>(c.counts.size());
-  GemmOperands o = make_operands(c);
-  r.perm = o.perm;
-  const auto& p = r.perm;
-  const auto &a = o.a, &b = o.b;
-  const auto &a_scale = o.a_scale, &b_scale = o.b_scale;
+  std::vector<uint8_t> b(static_cast<size_t>(num_experts) * c.n * c.k);
+  for (auto& v : b) v = random_fp8(rng);
+  std::vector<float> b_scale(static_cast<size_t>(num_experts) * (c.n / 128) * groups);
+  for (auto& v : b_scale) v = scale_dist(rng);
 
   DeviceBuffer<uint8_t> d_a(a.size()), d_b(b.size());
   DeviceBuffer<float> d_as(a_scale.size()), d_bs(b_scale.size());
@@ -315,136 +296,6 @@ TEST(Sm90GroupedGemm, Qwen3_30B_Shapes) {  // E=128, H=2048, I=768
   for (auto& v : counts) v = static_cast<int32_t>(rng() % 9);
   check_case({1536, 2048, counts});
   check_case({2048, 768, counts});
-}
-
-// ---- GEMM1 with the activation in its epilogue (GemmFusedAct) ------------------------------------
-// The 128-wide live kernel activates and quantizes the rows of every M-tile with at most 16 live
-// rows (sched::fused_act_rows): A2 and its scales there must be the reference's act_quant of the
-// GEMM's own output, bit for bit; every other byte of A2 and its scales keeps its poison (act_quant
-// does those rows), and each used pair counter ends at 2. D is still bit-identical to the padded
-// baseline. `block_n` 0: the auto-width kernel (fused only when it picks 128 wide); 128: fixed.
-void check_fused_act(int inter, int k, const std::vector<int32_t>& counts, int block_n, const num::ActParams& act,
-                     bool pow2) {
-  const GemmCase c{2 * inter, k, counts};
-  const int num_experts = static_cast<int>(counts.size());
-  const GemmOperands o = make_operands(c);
-  const auto& p = o.perm;
-  const int64_t pairs = p.m_cap / 128 * (inter / 128);
-  const auto format = pow2 ? layout::ScaleFormat::kFp32Pow2 : layout::ScaleFormat::kFp32;
-  constexpr uint8_t kA2Poison = 0xFF;
-
-  DeviceBuffer<uint8_t> d_a(o.a.size()), d_b(o.b.size()), d_a2(p.m_cap * inter);
-  DeviceBuffer<float> d_as(o.a_scale.size()), d_bs(o.b_scale.size()), d_a2s((inter / 128) * p.m_pad);
-  DeviceBuffer<int32_t> d_ends(num_experts), d_rows(p.m_cap), d_counter(1), d_pairs(pairs);
-  DeviceBuffer<uint16_t> d_live(p.m_cap * c.n), d_padded(p.m_cap * c.n);
-  d_a.upload(o.a);
-  d_b.upload(o.b);
-  d_as.upload(o.a_scale);
-  d_bs.upload(o.b_scale);
-  d_ends.upload(p.ends);
-  d_rows.upload(p.row_expert);
-  d_live.poison(0xFF);
-  d_padded.poison(0xFF);
-  d_a2.poison(kA2Poison);
-  d_a2s.poison(kA2Poison);
-  CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
-  CUDA_OK(cudaMemset(d_pairs.ptr, 0, pairs * sizeof(int32_t)));
-
-  GroupedGemmArgs args;
-  args.a = d_a.ptr;
-  args.a_scale = d_as.ptr;
-  args.b = d_b.ptr;
-  args.b_scale = d_bs.ptr;
-  args.ends = d_ends.ptr;
-  args.row_expert = d_rows.ptr;
-  args.m_cap = p.m_cap;
-  args.m_pad = p.m_pad;
-  args.n = c.n;
-  args.k = c.k;
-  args.num_experts = num_experts;
-  args.d = d_live.ptr;
-  args.tile_counter = d_counter.ptr;
-  args.block_n = block_n;
-  args.fused_act.pair_counters = d_pairs.ptr;
-  args.fused_act.intermediate = inter;
-  args.fused_act.act = act;
-  args.fused_act.pow2 = pow2;
-  args.fused_act.a2 = d_a2.ptr;
-  args.fused_act.a2_scale = d_a2s.ptr;
-  const sched::FusedAct mode = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fused_act(args);
-  ASSERT_EQ(mode, block_n == 128 ? sched::FusedAct::kAlways : sched::FusedAct::kNarrow);
-  CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
-  args.d = d_padded.ptr;
-  args.schedule = Schedule::kPadded;
-  args.tile_counter = nullptr;
-  ASSERT_EQ(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fused_act(args), sched::FusedAct::kNone);
-  CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<uint16_t> y1 = d_live.download(), padded = d_padded.download();
-  const std::vector<uint8_t> a2 = d_a2.download();
-  const std::vector<float> a2s = d_a2s.download();
-  const std::vector<int32_t> pair_counts = d_pairs.download();
-
-  // The rows the kernel activated: each expert's last fused_act_rows(n) rows, if this width fuses.
-  const auto tiles = sched::touched_tiles(p.counts.data(), num_experts);
-  const bool fused = sched::fused_act_applies(mode, sched::wide_tiles(tiles.m_tiles, tiles.touched));
-  std::vector<bool> fused_row(p.m_cap, false);
-  std::vector<int32_t> want_pairs(pairs, 0);
-  int64_t fused_rows = 0;
-  for (int e = 0; e < num_experts && fused; ++e) {
-    const int rows = sched::fused_act_rows(p.counts[e]);
-    for (int64_t r = p.ends[e] - rows; r < p.ends[e]; ++r) fused_row[r] = true;
-    if (rows > 0)
-      for (int64_t j = 0; j < inter / 128; ++j) want_pairs[(p.ends[e] - 1) / 128 * (inter / 128) + j] = 2;
-    fused_rows += rows;
-  }
-  std::vector<uint8_t> want_a2(a2.size(), kA2Poison);
-  std::vector<float> want_a2s(a2s.size());
-  std::memset(want_a2s.data(), kA2Poison, want_a2s.size() * sizeof(float));
-  std::vector<uint8_t> ref_a2(a2.size(), kA2Poison);
-  std::vector<float> ref_a2s(a2s.size());
-  fp8moe::ref::act_quant(p, num_experts, y1.data(), inter, act, format, ref_a2.data(), ref_a2s.data());
-  for (int64_t r = 0; r < p.m_cap; ++r) {
-    if (!fused_row[r]) continue;
-    std::memcpy(want_a2.data() + r * inter, ref_a2.data() + r * inter, inter);
-    for (int64_t g = 0; g < inter / 128; ++g)
-      want_a2s[layout::fp32_scale_index(r, g, p.m_pad)] = ref_a2s[layout::fp32_scale_index(r, g, p.m_pad)];
-  }
-  int64_t y1_diff = 0;
-  for (int64_t r = 0; r < p.m_cap; ++r)
-    if (p.row_expert[r] >= 0)
-      for (int64_t col = 0; col < c.n; ++col) y1_diff += y1[r * c.n + col] != padded[r * c.n + col];
-  EXPECT_EQ(y1_diff, 0) << "D differs from the padded baseline on live rows";
-  EXPECT_TRUE(std::memcmp(a2.data(), want_a2.data(), a2.size()) == 0) << "A2: not the reference's on fused rows, or written elsewhere";
-  EXPECT_TRUE(std::memcmp(a2s.data(), want_a2s.data(), a2s.size() * sizeof(float)) == 0)
-      << "A2 scales: not the reference's on fused rows, or written elsewhere";
-  EXPECT_TRUE(pair_counts == want_pairs) << "pair counters";
-  std::printf("[ fused    ] I=%d block_n=%d fused rows %lld\n", inter, block_n, static_cast<long long>(fused_rows));
-}
-
-num::ActParams swiglu_oai_params() {
-  num::ActParams a;
-  a.kind = num::ActKind::kSwigluOai;
-  a.alpha = 1.702f;
-  a.beta = 1.0f;
-  a.limit = 7.0f;
-  return a;
-}
-
-// Decode-like routing (the auto kernel picks 128 wide): experts of 1..16 rows are fused, 17..128 not.
-TEST(Sm90GroupedGemm, FusedActivationOnDecodeTiles) {
-  FP8MOE_REQUIRE_SM90();
-  check_fused_act(2048, 7168, {4, 0, 3, 16, 1, 17, 2, 6}, 0, num::ActParams{}, false);  // seed GEMM1 shape
-  check_fused_act(768, 2048, {1, 9, 0, 128, 16, 40, 5, 0, 12}, 0, swiglu_oai_params(), true);  // Qwen3-30B
-  check_fused_act(384, 512, {0, 0, 1, 0}, 0, num::ActParams{}, true);  // one live row
-}
-
-// The fixed 128-wide kernel: an expert's last M-tile with at most 16 rows is fused (129, 144 rows),
-// with 17 (145 rows) it is not; the auto kernel at 192 wide (an expert past 128 rows) fuses nothing.
-TEST(Sm90GroupedGemm, FusedActivationRuleFollowsTheWidth) {
-  FP8MOE_REQUIRE_SM90();
-  check_fused_act(256, 512, {129, 3, 144, 145, 0, 16, 300}, 128, num::ActParams{}, false);
-  check_fused_act(256, 512, {129, 3, 144, 145, 0, 16, 300}, 0, swiglu_oai_params(), false);  // 192 wide: none
 }
 
 }  // namespace
