@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Prints the k-loops of the grouped GEMM's kernels as ptxas scheduled them, so that a change to the
+kernel can be judged on its SASS before any GPU time (perf notes v30-v31: code added anywhere in the
+kernel, even never executed, moved its k-loops by 2-9%).
+
+    # cuobjdump is not part of this machine's CUDA; NVIDIA publishes it on PyPI:
+    pip download --no-deps nvidia-cuda-cuobjdump -d /tmp/whl && python3 -m zipfile -e /tmp/whl/*.whl /tmp/cuobjdump
+    export FP8MOE_CUOBJDUMP=$(find /tmp/cuobjdump -name cuobjdump -type f) && chmod +x $FP8MOE_CUOBJDUMP
+    nvcc -std=c++17 -O3 -DNDEBUG -arch=sm_90a --expt-relaxed-constexpr -Xcompiler=-ffp-contract=off -lineinfo \\
+         -Isrc -Iinclude -cubin -o /tmp/gemm.cubin src/gemm/sm90_fp8_grouped_gemm_1d2d.cu   # ~10 s
+    scripts/gemm-sass.py /tmp/gemm.cubin                 # every GEMM kernel: its loop regions
+    scripts/gemm-sass.py /tmp/gemm.cubin --kernel auto --full > after.txt   # one kernel, normalised text
+    scripts/gemm-sass.py build-gpu/bench/fp8moe-bench --kernel auto         # a linked binary works too
+
+A region is a run of QGMMA instructions less than 400 instructions apart: each tile shape's k-loop
+with its tile change. For each it prints the instruction count, where the QGMMA sit (back to back
+is what the tuned loops look like) and the instruction kinds that grow when ptxas gives up on the
+uniform datapath (R2UR) or adds work to the loop. --full prints the region's instructions with
+registers and constants normalised, for a diff against another build.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+
+def kernels(cuobjdump, binary):
+    out = subprocess.run([cuobjdump, '-sass', binary], capture_output=True, text=True, check=True).stdout
+    names = re.findall(r'Function : (\S+)', out)
+    return sorted(set(n for n in names if 'grouped_gemm' in n))
+
+
+def instructions(cuobjdump, binary, name):
+    out = subprocess.run([cuobjdump, '-sass', '-fun', name, binary], capture_output=True, text=True).stdout
+    seen, ins = set(), []
+    for line in out.splitlines():
+        m = re.match(r'\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;', line)
+        if m and int(m.group(1), 16) not in seen:  # (a binary may hold the same cubin twice)
+            seen.add(int(m.group(1), 16))
+            ins.append((int(m.group(1), 16), m.group(2)))
+    return ins
+
+
+def normalise(s):
+    s = re.sub(r'0x[0-9a-f]+', 'K', s)
+    s = re.sub(r'\bU?R\d+\b', 'R', s)
+    s = re.sub(r'\bU?P\d\b', 'P', s)
+    return re.sub(r'\s+', ' ', s).strip()
+
+
+def regions(ins):
+    at = [i for i, (_, s) in enumerate(ins) if 'GMMA' in s]
+    out = []
+    for i in at:
+        if out and i - out[-1][1] < 400:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('binary', help='a cubin or a linked binary holding the GEMM kernels')
+    ap.add_argument('--kernel', default='', help='only kernels whose mangled name contains this')
+    ap.add_argument('--full', action='store_true', help='print each region, normalised')
+    a = ap.parse_args()
+    cuobjdump = os.environ.get('FP8MOE_CUOBJDUMP', 'cuobjdump')
+    for name in kernels(cuobjdump, a.binary):
+        if a.kernel not in name:
+            continue
+        ins = instructions(cuobjdump, a.binary, name)
+        print(f'{name}: {len(ins)} instructions')
+        for lo, hi in regions(ins):
+            body = [normalise(s) for _, s in ins[lo:hi + 1]]
+            shape = re.search(r'GMMA\.(\S+?)\.', body[0]).group(1)
+            at = [k for k, s in enumerate(body) if 'GMMA' in s]
+            kinds = {k: sum(s.split(' ')[0].lstrip('@!P ').startswith(k) for s in body)
+                     for k in ('R2UR', 'FFMA', 'LDG', 'LDS', 'BAR', 'MOV', 'IMAD')}
+            print(f'  {ins[lo][0]:#07x}-{ins[hi][0]:#07x} {shape}: {len(body)} instructions, QGMMA at {at}')
+            print('    ' + ', '.join(f'{k} {v}' for k, v in kinds.items()))
+            if a.full:
+                print('\n'.join('    ' + s for s in body))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
