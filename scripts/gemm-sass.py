@@ -76,8 +76,8 @@ def main():
             body = [normalise(s) for _, s in ins[lo:hi + 1]]
             shape = re.search(r'GMMA\.(\S+?)\.', body[0]).group(1)
             at = [k for k, s in enumerate(body) if 'GMMA' in s]
-            kinds = {k: sum(s.split(' ')[0].lstrip('@!P ').startswith(k) for s in body)
-                     for k in ('R2UR', 'FFMA', 'LDG', 'LDS', 'BAR', 'MOV', 'IMAD')}
+            ops = [s.split(' ')[1] if s.startswith('@') else s.split(' ')[0] for s in body]  # (after a predicate)
+            kinds = {k: sum(op.startswith(k) for op in ops) for k in ('R2UR', 'FFMA', 'LDG', 'LDS', 'IMAD', 'BRA')}
             print(f'  {ins[lo][0]:#07x}-{ins[hi][0]:#07x} {shape}: {len(body)} instructions, QGMMA at {at}')
             print('    ' + ', '.join(f'{k} {v}' for k, v in kinds.items()))
             if a.full:

@@ -121,6 +121,10 @@ sass() {
   done
   rm -f "$dump"
   cat "$OUT/sass-summary.txt"
+  # The GEMM kernels' k-loops as scheduled (perf notes v31), kept with the run for later diffs.
+  if command -v python3 >/dev/null && [[ -f $LIB ]]; then
+    "$(dirname "$0")/gemm-sass.py" "$LIB" >"$OUT/gemm-kloops.txt" 2>&1 || echo "gemm-sass.py failed (see gemm-kloops.txt)"
+  fi
   return $rc
 }
 
