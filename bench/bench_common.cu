@@ -16,6 +16,17 @@ const char* build_commit() {
   return env != nullptr && *env != '\0' ? env : FP8MOE_BUILD_COMMIT;
 }
 
+int device_sms_or_none(const char* tool) {
+  int count = 0, sms = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    std::printf("%s: no CUDA device here; nothing to measure.\n", tool);
+    return 0;
+  }
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
 namespace {
 
 // Streaming read: 16-byte non-allocating loads, 8 independent loads in flight per thread,

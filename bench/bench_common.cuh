@@ -85,6 +85,10 @@ class L2Flush {
 // part before griddepcontrol.wait on them, as in the pipeline.
 void launch_sm_hog(double us, cudaStream_t stream);
 
+// The SM count of device 0, or 0 after printing "<tool>: no CUDA device here; nothing to measure."
+// (the investigation tools then exit successfully, so they run anywhere).
+int device_sms_or_none(const char* tool);
+
 // The commit these binaries were built from ($FP8MOE_COMMIT overrides it): the short git hash at
 // build time, "-dirty" if tracked files had uncommitted changes, or "unknown".
 const char* build_commit();

@@ -90,13 +90,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int dev_count = 0;
-  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-    std::printf("fp8moe-handoff: no GPU here; it measures kernel hand-overs on an SM90 GPU\n");
-    return 0;
-  }
-  int sms = 0;
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = fp8moe::bench::device_sms_or_none("fp8moe-handoff");
+  if (sms == 0) return 0;
   if (ctas <= 0) ctas = sms;
   if (reps < 1 || ctas > kMaxCtas || work_us < 0) {
     std::fprintf(stderr, "fp8moe-handoff: bad arguments\n");

@@ -154,13 +154,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8moe-tma-stream: --pitch-pad takes a multiple of 16 bytes, --rotate 0, 1 or 2\n");
     return 2;
   }
-  int dev_count = 0;
-  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-    std::printf("fp8moe-tma-stream: no CUDA device here; nothing to measure.\n");
-    return 0;
-  }
-  int sms = 0;
-  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = bench::device_sms_or_none("fp8moe-tma-stream");
+  if (sms == 0) return 0;
   const double ceiling = bench::measure_read_tbps(flush_mode);
   std::printf("commit %s, %d SMs, HBM read ceiling %.3f TB/s, %s L2 flush\n", bench::build_commit(), sms, ceiling,
               bench::flush_mode_name(flush_mode));
