@@ -26,20 +26,21 @@ import sys
 
 
 def kernels(cuobjdump, binary):
+    """{mangled name: [(address, instruction)]} for the GEMM kernels, from one SASS dump (a kernel
+    that appears in several of the binary's cubins is taken once)."""
     out = subprocess.run([cuobjdump, '-sass', binary], capture_output=True, text=True, check=True).stdout
-    names = re.findall(r'Function : (\S+)', out)
-    return sorted(set(n for n in names if 'grouped_gemm' in n))
-
-
-def instructions(cuobjdump, binary, name):
-    out = subprocess.run([cuobjdump, '-sass', '-fun', name, binary], capture_output=True, text=True).stdout
-    seen, ins = set(), []
+    found, name = {}, None
     for line in out.splitlines():
+        f = re.search(r'Function : (\S+)', line)
+        if f:
+            name = f.group(1) if 'grouped_gemm' in f.group(1) and f.group(1) not in found else None
+            if name:
+                found[name] = []
+            continue
         m = re.match(r'\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;', line)
-        if m and int(m.group(1), 16) not in seen:  # (a binary may hold the same cubin twice)
-            seen.add(int(m.group(1), 16))
-            ins.append((int(m.group(1), 16), m.group(2)))
-    return ins
+        if name and m:
+            found[name].append((int(m.group(1), 16), m.group(2)))
+    return found
 
 
 def normalise(s):
@@ -67,10 +68,9 @@ def main():
     ap.add_argument('--full', action='store_true', help='print each region, normalised')
     a = ap.parse_args()
     cuobjdump = os.environ.get('FP8MOE_CUOBJDUMP', 'cuobjdump')
-    for name in kernels(cuobjdump, a.binary):
+    for name, ins in sorted(kernels(cuobjdump, a.binary).items()):
         if a.kernel not in name:
             continue
-        ins = instructions(cuobjdump, a.binary, name)
         print(f'{name}: {len(ins)} instructions')
         for lo, hi in regions(ins):
             body = [normalise(s) for _, s in ins[lo:hi + 1]]
