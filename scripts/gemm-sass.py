@@ -3,9 +3,11 @@
 kernel can be judged on its SASS before any GPU time (perf notes v30-v31: code added anywhere in the
 kernel, even never executed, moved its k-loops by 2-9%).
 
-    # cuobjdump is not part of this machine's CUDA; NVIDIA publishes it on PyPI:
+    # cuobjdump (and the nvdisasm it runs) are not part of this machine's CUDA; NVIDIA publishes both on PyPI:
     pip download --no-deps nvidia-cuda-cuobjdump -d /tmp/whl && python3 -m zipfile -e /tmp/whl/*.whl /tmp/cuobjdump
+    pip download --no-deps nvidia-cuda-nvdisasm -d /tmp/whl2 && python3 -m zipfile -e /tmp/whl2/*.whl /tmp/nvdisasm
     export FP8MOE_CUOBJDUMP=$(find /tmp/cuobjdump -name cuobjdump -type f) && chmod +x $FP8MOE_CUOBJDUMP
+    export PATH=$(dirname $(find /tmp/nvdisasm -name nvdisasm -type f)):$PATH && chmod +x $(which nvdisasm)
     nvcc -std=c++17 -O3 -DNDEBUG -arch=sm_90a --expt-relaxed-constexpr -Xcompiler=-ffp-contract=off -lineinfo \\
          -Isrc -Iinclude -cubin -o /tmp/gemm.cubin src/gemm/sm90_fp8_grouped_gemm_1d2d.cu   # ~10 s
     scripts/gemm-sass.py /tmp/gemm.cubin                 # every GEMM kernel: its loop regions
@@ -28,7 +30,10 @@ import sys
 def kernels(cuobjdump, binary):
     """{mangled name: [(address, instruction)]} for the GEMM kernels, from one SASS dump (a kernel
     that appears in several of the binary's cubins is taken once)."""
-    out = subprocess.run([cuobjdump, '-sass', binary], capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([cuobjdump, '-sass', binary], capture_output=True, text=True)
+    if run.returncode != 0:  # e.g. no nvdisasm on PATH: say what cuobjdump said
+        sys.exit(f'{cuobjdump} -sass {binary} failed:\n{run.stderr.strip()}')
+    out = run.stdout
     found, name = {}, None
     for line in out.splitlines():
         f = re.search(r'Function : (\S+)', line)
