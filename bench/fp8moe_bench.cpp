@@ -86,7 +86,7 @@ struct Options {
   fp8moe::ScaleFormat scale_format = fp8moe::ScaleFormat::kFp32;
   fp8moe::Activation activation = fp8moe::Activation::kSilu;
   int samples = kMinSamples;
-  bool samples_given = false, quick = false, check = false, cupti = true, act_only = false;
+  bool samples_given = false, quick = false, check = false, cupti = true, act_only = false, eager_first = false;
   uint64_t seed = 1;
   std::string json;  // empty: no JSON
   fp8moe::bench::FlushMode flush = fp8moe::bench::FlushMode::kWrite;  // --flush
@@ -127,6 +127,9 @@ void usage(FILE* to) {
                "  --flush M              write (default): the L2 flush before each sample writes a buffer, so\n"
                "                         the sample also pays for its write-back; clean: it also reads a clean\n"
                "                         buffer after, so samples start on a clean L2 (analysis; ceilings too)\n"
+               "  --eager-first          run each arm once outside its graph before capturing it (for builds\n"
+               "                         with -DFP8MOE_PIPELINE_ABLATE=1: the graph's GEMM2 then reads the\n"
+               "                         A2 of that run, real data, instead of zeros); out is poisoned again\n"
                "  --json PATH            also write the results as JSON to PATH\n"
                "  --help                 this text\n"
                "\n"
@@ -217,6 +220,8 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
       o->cupti = false;
     } else if (arg == "--act-only") {
       o->act_only = true;
+    } else if (arg == "--eager-first") {
+      o->eager_first = true;
     } else {
       return bad("unknown option");
     }
@@ -571,6 +576,17 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     a.out = d_out[arm];
     a.workspace = d_work[arm];
     a.workspace_bytes = ws;
+    if (opt.eager_first) {
+      BENCH_CUDA(cudaDeviceSynchronize());  // (the fills above ran on the legacy default stream)
+      const fp8moe::Status eager = fp8moe::run(cfg[arm], a, dev.stream);
+      if (eager != fp8moe::Status::kSuccess) {
+        std::fprintf(stderr, "fp8moe-bench: eager fp8moe::run (%s) failed: %s: %s\n", kArmName[arm],
+                     fp8moe::status_string(eager), fp8moe::last_error());
+        std::exit(1);
+      }
+      BENCH_CUDA(cudaStreamSynchronize(dev.stream));
+      BENCH_CUDA(cudaMemset(d_out[arm], 0xFF, size_t(C) * H * 2));  // the graph's rows must be its own
+    }
     BENCH_CUDA(cudaStreamBeginCapture(dev.stream, cudaStreamCaptureModeThreadLocal));
     const fp8moe::Status st = fp8moe::run(cfg[arm], a, dev.stream);
     BENCH_CUDA(cudaStreamEndCapture(dev.stream, &graph[arm]));
@@ -877,12 +893,12 @@ bool write_json(const Options& opt, const std::string& path, const std::string& 
                "  \"settings\": {\"preset\": \"%s\", \"experts\": %d, \"hidden\": %lld, \"intermediate\": %lld, "
                "\"top_k\": %d, \"schedule\": \"%s\", \"scale_format\": \"%s\", \"activation\": \"%s\", "
                "\"samples_per_arm\": %d, \"quick\": %s, \"timer\": \"%s\", \"warmup_replays\": %d, \"seed\": %llu, "
-               "\"l2_flush\": \"%s\", \"cupti_warning\": %s},\n",
+               "\"l2_flush\": \"%s\", \"eager_first\": %s, \"cupti_warning\": %s},\n",
                p.name, p.experts, static_cast<long long>(p.hidden), static_cast<long long>(p.inter), p.top_k,
                opt.schedule.c_str(), scale_format_name(opt.scale_format), activation_name(opt.activation), opt.samples,
                opt.quick ? "true" : "false", opt.cupti ? "cupti-kernel-span" : "cuda-events", kWarmupReplays,
                static_cast<unsigned long long>(opt.seed), fp8moe::bench::flush_mode_name(opt.flush),
-               cupti_warning.empty() ? "null" : ("\"" + json_escape(cupti_warning) + "\"").c_str());
+               opt.eager_first ? "true" : "false", cupti_warning.empty() ? "null" : ("\"" + json_escape(cupti_warning) + "\"").c_str());
   std::fprintf(f, "  \"cases\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const CaseResult& r = results[i];

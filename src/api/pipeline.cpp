@@ -13,11 +13,13 @@
 #include "knobs/knobs.hpp"
 
 // Investigation builds only, never the default: -DFP8MOE_PIPELINE_ABLATE=N leaves stages out of the
-// launch sequence to bound what fusing them into their neighbours could save (bit 1: act_quant,
-// GEMM2 then reads whatever A2 the workspace holds; bit 2: unpermute, `out` keeps its contents; bit
+// launch sequence to bound what fusing them into their neighbours could save (bit 1: act_quant in
+// captured graphs, so GEMM2 reads the A2 that the last call outside a graph left in the workspace:
+// run `fp8moe-bench --eager-first`, or it reads zeros, which draw less power and made the saving
+// at prefill look twice its size (perf notes v32); bit 2: unpermute, `out` keeps its contents; bit
 // 4, in kernels/act_quant.cu: act_quant is launched but returns after its wait, the cost of a
 // launch kept only for the cases a fused GEMM1 could not cover). Results are wrong in these builds;
-// only fp8moe-bench's timings mean anything (perf notes v28).
+// only fp8moe-bench's timings mean anything (perf notes v28, v32).
 #ifndef FP8MOE_PIPELINE_ABLATE
 #define FP8MOE_PIPELINE_ABLATE 0
 #endif
@@ -111,7 +113,12 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.y1 = g.d;
   act.a2 = at<uint8_t>(args, layout.a2);
   act.a2_scale = at<void>(args, layout.a2_scale);
-  if (!(FP8MOE_PIPELINE_ABLATE & 1))
+  bool leave_out_act = false;
+  if (FP8MOE_PIPELINE_ABLATE & 1) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    leave_out_act = cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone;
+  }
+  if (!leave_out_act)
     if (Status s = check(kernels::launch_act_quant(act, stream), "activation+quantization"); s != Status::kSuccess)
       return s;
 
