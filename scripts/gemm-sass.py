@@ -7,7 +7,7 @@ kernel, even never executed, moved its k-loops by 2-9%).
     pip download --no-deps nvidia-cuda-cuobjdump -d /tmp/whl && python3 -m zipfile -e /tmp/whl/*.whl /tmp/cuobjdump
     pip download --no-deps nvidia-cuda-nvdisasm -d /tmp/whl2 && python3 -m zipfile -e /tmp/whl2/*.whl /tmp/nvdisasm
     export FP8MOE_CUOBJDUMP=$(find /tmp/cuobjdump -name cuobjdump -type f) && chmod +x $FP8MOE_CUOBJDUMP
-    export PATH=$(dirname $(find /tmp/nvdisasm -name nvdisasm -type f)):$PATH && chmod +x $(which nvdisasm)
+    N=$(find /tmp/nvdisasm -name nvdisasm -type f) && chmod +x $N && export PATH=$(dirname $N):$PATH
     nvcc -std=c++17 -O3 -DNDEBUG -arch=sm_90a --expt-relaxed-constexpr -Xcompiler=-ffp-contract=off -lineinfo \\
          -Isrc -Iinclude -cubin -o /tmp/gemm.cubin src/gemm/sm90_fp8_grouped_gemm_1d2d.cu   # ~10 s
     scripts/gemm-sass.py /tmp/gemm.cubin                 # every GEMM kernel: its loop regions
