@@ -561,7 +561,8 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     // The output is poisoned (an unwritten row shows up as NaN); the workspace is zeroed rather than
     // poisoned, so that the padded arm's padding rows hold plain zeros as they would in an engine,
     // not NaN codes (the gap contract is the tests' business, not the benchmark's).
-    BENCH_CUDA(cudaMemset(d_out[arm], 0xFF, size_t(C) * H * 2));
+    const size_t out_bytes = size_t(C) * H * sizeof(uint16_t);
+    BENCH_CUDA(cudaMemset(d_out[arm], 0xFF, out_bytes));
     BENCH_CUDA(cudaMemset(d_work[arm], 0, ws));
     fp8moe::Args a;
     a.num_rows = C;
@@ -576,25 +577,22 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     a.out = d_out[arm];
     a.workspace = d_work[arm];
     a.workspace_bytes = ws;
+    auto exit_unless_ok = [&](fp8moe::Status st, const char* how) {
+      if (st == fp8moe::Status::kSuccess) return;
+      std::fprintf(stderr, "fp8moe-bench: %sfp8moe::run (%s) failed: %s: %s\n", how, kArmName[arm],
+                   fp8moe::status_string(st), fp8moe::last_error());
+      std::exit(1);
+    };
     if (opt.eager_first) {
       BENCH_CUDA(cudaDeviceSynchronize());  // (the fills above ran on the legacy default stream)
-      const fp8moe::Status eager = fp8moe::run(cfg[arm], a, dev.stream);
-      if (eager != fp8moe::Status::kSuccess) {
-        std::fprintf(stderr, "fp8moe-bench: eager fp8moe::run (%s) failed: %s: %s\n", kArmName[arm],
-                     fp8moe::status_string(eager), fp8moe::last_error());
-        std::exit(1);
-      }
+      exit_unless_ok(fp8moe::run(cfg[arm], a, dev.stream), "eager ");
       BENCH_CUDA(cudaStreamSynchronize(dev.stream));
-      BENCH_CUDA(cudaMemset(d_out[arm], 0xFF, size_t(C) * H * 2));  // the graph's rows must be its own
+      BENCH_CUDA(cudaMemset(d_out[arm], 0xFF, out_bytes));  // the graph's rows must be its own
     }
     BENCH_CUDA(cudaStreamBeginCapture(dev.stream, cudaStreamCaptureModeThreadLocal));
     const fp8moe::Status st = fp8moe::run(cfg[arm], a, dev.stream);
     BENCH_CUDA(cudaStreamEndCapture(dev.stream, &graph[arm]));
-    if (st != fp8moe::Status::kSuccess) {
-      std::fprintf(stderr, "fp8moe-bench: fp8moe::run (%s) failed: %s: %s\n", kArmName[arm], fp8moe::status_string(st),
-                   fp8moe::last_error());
-      std::exit(1);
-    }
+    exit_unless_ok(st, "");
     BENCH_CUDA(cudaGraphInstantiate(&exec[arm], graph[arm], 0));
     BENCH_CUDA(cudaGraphUpload(exec[arm], dev.stream));
     res.arm[arm].ran = true;
