@@ -7,7 +7,7 @@
 // has triggered). B waits for A in one of two ways:
 //   pdl:  griddepcontrol.wait (what fp8moe's kernels do: A has completed and its writes are visible);
 //   flag: thread 0 of every A CTA adds 1 to a counter after __threadfence() as its last act, and
-//         thread 0 of every B CTA polls the counter (ld.acquire.gpu) until all of A has added.
+//         thread 0 of every B CTA polls the counter (an acquire load at device scope) until all of A has added.
 // Reported per mode and shared-memory footprint (A and B each either small or holding a whole SM,
 // as the GEMMs do, so that B's CTA can only start on an SM once A's has left it), medians over the
 // repetitions of:
@@ -15,6 +15,7 @@
 //   last A end -> first B start.
 //
 //   fp8moe-handoff [--reps N] [--work-us U] [--ctas C]
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(kThreads) kernel_b(Params p) {
   if (threadIdx.x == 0) p.stamps->b_start[blockIdx.x] = fp8moe::ptx::globaltimer();
   if (p.flag) {
     if (threadIdx.x == 0) {
-      while (fp8moe::ptx::ld_acquire_gpu(p.counter) < p.expected) {
+      cuda::atomic_ref<unsigned int, cuda::thread_scope_device> counter(*p.counter);
+      while (counter.load(cuda::memory_order_acquire) < p.expected) {
       }
     }
     __syncthreads();

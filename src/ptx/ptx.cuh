@@ -16,14 +16,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // the compiler still knows the result is a shared-memory address and emits LDS/STS.
 __device__ __forceinline__ uint32_t smem_align_1024_offset(const void* p) { return (1024u - (smem_addr(p) & 1023u)) & 1023u; }
 
-// A 32-bit load from global memory with acquire semantics at GPU scope (a flag another CTA
-// publishes with a release, e.g. __threadfence() then an atomic).
-__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Nanoseconds of the GPU's global timer (for timelines in investigation builds).
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
