@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "fp8moe_build_info.hpp"  // generated: FP8MOE_BUILD_COMMIT
+#include "numerics/numerics.cuh"
 #include "ptx/ptx.cuh"
 
 namespace fp8moe::bench {
@@ -105,6 +106,18 @@ __global__ void fill_random_fp8_kernel(uint8_t* p, size_t n, uint32_t seed) {
   }
 }
 
+// Box-Muller on two hashes of the index; the conversion rounds to nearest even and
+// saturates at +-448 (never a NaN code).
+__global__ void fill_normal_fp8_kernel(uint8_t* p, size_t n, uint32_t seed, float sigma) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float u1 = (static_cast<float>(hash32(i, seed) >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = static_cast<float>(hash32(i, seed ^ 0x5BD1E995u) >> 8) * (1.0f / 16777216.0f);
+    const float x = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    p[i] = num::e4m3_from_float(x);
+  }
+}
+
 __global__ void fill_random_f32_kernel(float* p, size_t n, uint32_t seed, float lo, float hi) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
@@ -168,6 +181,10 @@ void launch_sm_hog(double us, cudaStream_t stream) {
 
 void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream) {
   fill_random_fp8_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+void fill_normal_fp8(uint8_t* p, size_t n, uint32_t seed, float sigma, cudaStream_t stream) {
+  fill_normal_fp8_kernel<<<sm_count() * 4, 512, 0, stream>>>(p, n, seed, sigma);
   BENCH_CUDA(cudaGetLastError());
 }
 void fill_random_f32(float* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream) {

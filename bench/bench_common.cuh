@@ -103,6 +103,8 @@ double measure_fp8_gemm_tflops(int size = 8192, int reps = 20);
 // Random device data (never zeros): FP8 E4M3 codes without NaN, FP32 values in [lo, hi).
 void fill_random_fp8(uint8_t* p, size_t n, uint32_t seed, cudaStream_t stream = nullptr);
 void fill_random_f32(float* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream = nullptr);
+// FP8 E4M3 codes of normal(0, sigma) samples (saturating at +-448): block-quantised data's shape.
+void fill_normal_fp8(uint8_t* p, size_t n, uint32_t seed, float sigma, cudaStream_t stream = nullptr);
 // BF16 bit patterns of values uniform in [lo, hi).
 void fill_random_bf16(uint16_t* p, size_t n, uint32_t seed, float lo, float hi, cudaStream_t stream = nullptr);
 

@@ -1,8 +1,9 @@
 // fp8moe-bench: the whole-pipeline benchmark of SPEC section 7 (padded vs live schedule).
 //
 // Method, per case (capacity C, live tokens T):
-//   - Weights are generated once per preset (random E4M3 codes without NaN, block scales sized so
-//     that every stage has sane magnitudes) and uploaded; every case gets fresh BF16 hidden ~ N(0,1),
+//   - Weights are generated once per preset (random E4M3 codes without NaN, or with --weights normal
+//     the codes of normal samples as block-quantised weights have; block scales sized so that every
+//     stage has sane magnitudes) and uploaded; every case gets fresh BF16 hidden ~ N(0,1),
 //     uniform random top-k routing (k distinct experts) and routing weights in (0, 1], all sized at
 //     the capacity C, with the device scalar *num_tokens = T: the capacity-sized graph that engines
 //     capture.
@@ -87,6 +88,7 @@ struct Options {
   fp8moe::Activation activation = fp8moe::Activation::kSilu;
   int samples = kMinSamples;
   bool samples_given = false, quick = false, check = false, cupti = true, act_only = false, eager_first = false;
+  bool normal_weights = false;  // --weights normal
   uint64_t seed = 1;
   std::string json;  // empty: no JSON
   fp8moe::bench::FlushMode flush = fp8moe::bench::FlushMode::kWrite;  // --flush
@@ -124,6 +126,10 @@ void usage(FILE* to) {
                "                         shapes (live must not regress the dense case): alone (CUDA events)\n"
                "                         and after a kernel holding every SM, as after GEMM1 (CUPTI)\n"
                "  --seed S               seed of the random inputs (default 1)\n"
+               "  --weights W            codes (default): every bit of the FP8 weight codes random; normal:\n"
+               "                         the codes of normal samples with a 128x128 block's largest value near\n"
+               "                         448, as block-quantised model weights (the tensor cores' power, and so\n"
+               "                         the clock at the power limit, depends on the bits they multiply)\n"
                "  --flush M              write (default): the L2 flush before each sample writes a buffer, so\n"
                "                         the sample also pays for its write-back; clean: it also reads a clean\n"
                "                         buffer after, so samples start on a clean L2 (analysis; ceilings too)\n"
@@ -206,6 +212,12 @@ bool parse(int argc, char** argv, Options* o, bool* help) {
       ++i;
     } else if (arg == "--json") {
       o->json = value;
+      ++i;
+    } else if (arg == "--weights") {
+      const std::string s = value;
+      if (s == "codes") o->normal_weights = false;
+      else if (s == "normal") o->normal_weights = true;
+      else return bad("expected codes or normal");
       ++i;
     } else if (arg == "--flush") {
       if (!fp8moe::bench::parse_flush_mode(value, &o->flush)) return bad("expected write or clean");
@@ -325,18 +337,23 @@ struct Weights {
   std::vector<float> w13_scale, w2_scale;
 };
 
-// Random E4M3 codes (no NaN) and block scales chosen so that gate/up outputs have a standard
-// deviation of about 5 and down outputs about 1 (as tests/common/problem.hpp does).
-Weights make_weights(const Preset& p, uint64_t seed) {
+// Random E4M3 codes (no NaN; --weights normal: codes of normal samples, sigma 448 / 4.2 so that a
+// 128 x 128 block's largest value lands near 448) and block scales chosen so that gate/up outputs
+// have a standard deviation of about 5 and down outputs about 1 (as tests/common/problem.hpp does).
+Weights make_weights(const Preset& p, uint64_t seed, bool normal) {
   constexpr double kY1Std = 5.0;
+  constexpr float kNormalSigma = 448.0f / 4.2f;
   const int64_t E = p.experts, H = p.hidden, I = p.inter;
-  const double code_rms = fp8moe::test::e4m3_code_rms();
   fp8moe::test::Rng rng(seed);
+  auto codes = [&](size_t n) {
+    return normal ? fp8moe::test::random_fp8_normal_codes(rng, n, kNormalSigma) : fp8moe::test::random_fp8_codes(rng, n);
+  };
   Weights w;
-  w.w13 = fp8moe::test::random_fp8_codes(rng, size_t(E) * 2 * I * H);
+  w.w13 = codes(size_t(E) * 2 * I * H);
+  const double code_rms = normal ? fp8moe::test::fp8_codes_rms(w.w13) : fp8moe::test::e4m3_code_rms();
   w.w13_scale = fp8moe::test::random_scales(rng, size_t(E) * (2 * I / 128) * (H / 128),
                                              kY1Std / (code_rms * std::sqrt(double(H))));
-  w.w2 = fp8moe::test::random_fp8_codes(rng, size_t(E) * H * I);
+  w.w2 = codes(size_t(E) * H * I);
   w.w2_scale = fp8moe::test::random_scales(rng, size_t(E) * (H / 128) * (I / 128),
                                             1.0 / (kY1Std * kY1Std * code_rms * std::sqrt(double(I))));
   return w;
@@ -384,7 +401,7 @@ int run_cpu_fallback(const Options& opt, const std::string& note) {
   std::printf("  GPU workspace for this config (fp8moe::workspace_size): %.1f MiB\n", workspace / 1048576.0);
 
   auto start = std::chrono::steady_clock::now();
-  const Weights w = make_weights(p, opt.seed);
+  const Weights w = make_weights(p, opt.seed, opt.normal_weights);
   const Case c{kFallbackCapacity, kFallbackTokens};
   const Inputs in = make_inputs(p, c, opt.seed);
   std::printf("  generated inputs (%.2f GB of FP8 weights) in %.2f s\n", (w.w13.size() + w.w2.size()) / 1e9,
@@ -891,12 +908,12 @@ bool write_json(const Options& opt, const std::string& path, const std::string& 
                "  \"settings\": {\"preset\": \"%s\", \"experts\": %d, \"hidden\": %lld, \"intermediate\": %lld, "
                "\"top_k\": %d, \"schedule\": \"%s\", \"scale_format\": \"%s\", \"activation\": \"%s\", "
                "\"samples_per_arm\": %d, \"quick\": %s, \"timer\": \"%s\", \"warmup_replays\": %d, \"seed\": %llu, "
-               "\"l2_flush\": \"%s\", \"eager_first\": %s, \"cupti_warning\": %s},\n",
+               "\"l2_flush\": \"%s\", \"eager_first\": %s, \"weights\": \"%s\", \"cupti_warning\": %s},\n",
                p.name, p.experts, static_cast<long long>(p.hidden), static_cast<long long>(p.inter), p.top_k,
                opt.schedule.c_str(), scale_format_name(opt.scale_format), activation_name(opt.activation), opt.samples,
                opt.quick ? "true" : "false", opt.cupti ? "cupti-kernel-span" : "cuda-events", kWarmupReplays,
                static_cast<unsigned long long>(opt.seed), fp8moe::bench::flush_mode_name(opt.flush),
-               opt.eager_first ? "true" : "false", cupti_warning.empty() ? "null" : ("\"" + json_escape(cupti_warning) + "\"").c_str());
+               opt.eager_first ? "true" : "false", opt.normal_weights ? "normal" : "codes", cupti_warning.empty() ? "null" : ("\"" + json_escape(cupti_warning) + "\"").c_str());
   std::fprintf(f, "  \"cases\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const CaseResult& r = results[i];
@@ -956,7 +973,7 @@ int run_gpu(const Options& opt, const std::string& command) {
 
   std::fprintf(stderr, "generating %s weights...\n", p.name);
   auto start = std::chrono::steady_clock::now();
-  Weights weights = make_weights(p, opt.seed);
+  Weights weights = make_weights(p, opt.seed, opt.normal_weights);
   Device dev;
   dev.w13 = device_alloc<uint8_t>(weights.w13.size());
   dev.w2 = device_alloc<uint8_t>(weights.w2.size());

@@ -7,10 +7,15 @@
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
 //                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH] [--flush write|clean]
+//                     [--data codes|normal]
 // --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
 // of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
 // live run's per-CTA timeline to PATH as lines "case gemm cta slot ns". --flush clean: samples
 // start on a clean L2 (bench_common.cuh: FlushMode; analysis, the default is the write flush).
+// --data normal: A and B hold the E4M3 codes of normal samples (sigma 448/2.7 for A's 128-element
+// row groups, 448/4.2 for B's 128 x 128 blocks: each group's largest value near 448, as block
+// quantisation leaves them) instead of codes with every bit but one random (the default); the
+// tensor cores' power, and so the clock at the power limit, depends on the bits they multiply.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   std::string json_path, trace_path, preset_name = "deepseek-v3-ep8";
   bench::FlushMode flush_mode = bench::FlushMode::kWrite;
+  bool normal_data = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -65,6 +71,8 @@ int main(int argc, char** argv) {
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--trace" && i + 1 < argc) trace_path = argv[++i];
     else if (a == "--flush" && i + 1 < argc && bench::parse_flush_mode(argv[i + 1], &flush_mode)) ++i;
+    else if (a == "--data" && i + 1 < argc && (!std::strcmp(argv[i + 1], "codes") || !std::strcmp(argv[i + 1], "normal")))
+      normal_data = !std::strcmp(argv[++i], "normal");
     else if (a == "--schedule" && i + 1 < argc &&
              (!std::strcmp(argv[i + 1], "both") || !std::strcmp(argv[i + 1], "live") ||
               !std::strcmp(argv[i + 1], "padded"))) {
@@ -79,7 +87,7 @@ int main(int argc, char** argv) {
     else {
       std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
                   "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--schedule both|live|padded]\n"
-                  "          [--no-ceilings] [--trace PATH] [--flush write|clean]\n",
+                  "          [--no-ceilings] [--trace PATH] [--flush write|clean] [--data codes|normal]\n",
                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -123,8 +131,13 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&w2, size_t(E) * H * I));
   BENCH_CUDA(cudaMalloc(&w13s, size_t(E) * (2 * I / 128) * (H / 128) * 4));
   BENCH_CUDA(cudaMalloc(&w2s, size_t(E) * (H / 128) * (I / 128) * 4));
-  bench::fill_random_fp8(w13, size_t(E) * 2 * I * H, 1);
-  bench::fill_random_fp8(w2, size_t(E) * H * I, 2);
+  constexpr float kSigmaA = 448.0f / 2.7f, kSigmaB = 448.0f / 4.2f;  // --data normal
+  auto fill_fp8 = [&](uint8_t* p, size_t n, uint32_t seed, float sigma) {
+    if (normal_data) bench::fill_normal_fp8(p, n, seed, sigma);
+    else bench::fill_random_fp8(p, n, seed);
+  };
+  fill_fp8(w13, size_t(E) * 2 * I * H, 1, kSigmaB);
+  fill_fp8(w2, size_t(E) * H * I, 2, kSigmaB);
   bench::fill_random_f32(w13s, size_t(E) * (2 * I / 128) * (H / 128), 3, 1e-3f, 1e-2f);
   bench::fill_random_f32(w2s, size_t(E) * (H / 128) * (I / 128), 4, 1e-3f, 1e-2f);
 
@@ -166,9 +179,10 @@ int main(int argc, char** argv) {
   FILE* js = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   if (js)
     std::fprintf(js,
-                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", \"l2_flush\": \"%s\", "
+                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", \"l2_flush\": \"%s\", \"data\": \"%s\", "
                  "\"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, \"cases\": [",
-                 prop.name, bench::build_commit(), pre->name, bench::flush_mode_name(flush_mode), read_tbps,
+                 prop.name, bench::build_commit(), pre->name, bench::flush_mode_name(flush_mode),
+                 normal_data ? "normal" : "codes", read_tbps,
                  fp8_tflops);
 
   std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s %10s %8s\n", "case", "gemm", "arm",
@@ -206,7 +220,7 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMalloc(&as, scale_bytes));
       BENCH_CUDA(cudaMalloc(&d_live, m_cap * n * 2));
       BENCH_CUDA(cudaMalloc(&d_pad, m_cap * n * 2));
-      bench::fill_random_fp8(a, m_cap * k, 5 + g);
+      fill_fp8(a, m_cap * k, 5 + g, kSigmaA);
       bench::fill_random_f32(as, scale_bytes / 4, 7 + g, 1e-3f, 1e-2f);
       gemm::GroupedGemmArgs args;
       args.a = a;

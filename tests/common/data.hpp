@@ -56,6 +56,38 @@ inline std::vector<uint8_t> random_fp8_codes(Rng& rng, size_t n) {
   return v;
 }
 
+// E4M3 codes of normal(0, sigma) samples (round to nearest even, saturating at +-448): the shape of
+// block-quantised model weights, whose blocks have their largest value scaled to about 448 (sigma
+// ~ 448 / 4.2 for a 128 x 128 block), where random_fp8_codes draws every bit at random. Bulk
+// generator: a table of 65536 such codes, indexed by 16-bit pieces of a SplitMix64 stream.
+inline std::vector<uint8_t> random_fp8_normal_codes(Rng& rng, size_t n, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<uint8_t> table(65536);
+  for (auto& c : table) c = num::e4m3_from_float_soft(dist(rng));
+  uint64_t state = rng();
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i += 4) {
+    uint64_t w = (state += 0x9E3779B97F4A7C15ull);
+    w = (w ^ (w >> 30)) * 0xBF58476D1CE4E5B9ull;
+    w = (w ^ (w >> 27)) * 0x94D049BB133111EBull;
+    w ^= w >> 31;
+    for (size_t j = 0; j < 4 && i + j < n; ++j) v[i + j] = table[(w >> (16 * j)) & 0xFFFF];
+  }
+  return v;
+}
+
+// Root mean square of the values of the first (at most 2^22) codes of v.
+inline double fp8_codes_rms(const std::vector<uint8_t>& v) {
+  double sq[256], sum = 0;
+  for (int c = 0; c < 256; ++c) {
+    const double x = (c & 0x7F) == 0x7F ? 0.0 : num::float_from_e4m3(static_cast<uint8_t>(c));
+    sq[c] = x * x;
+  }
+  const size_t n = std::min<size_t>(v.size(), size_t(1) << 22);
+  for (size_t i = 0; i < n; ++i) sum += sq[v[i]];
+  return n ? std::sqrt(sum / n) : 0.0;
+}
+
 // Root mean square of the values of all non-NaN E4M3 codes (what random_fp8_codes draws from).
 inline double e4m3_code_rms() {
   double sum = 0;
