@@ -1,14 +1,18 @@
 // Step 4 of SPEC section 2 (see act_quant.cuh).
 //
-// Persistent grid of 8-warp CTAs. A warp item is (row, chunk of 4 groups of 128 outputs); lane l
+// Persistent grid of 8-warp CTAs. A warp item is 4 consecutive groups of 128 outputs in the walk
+// over (row, group) in row-major order; the 8 lanes of item group j take its j-th group: lane l
 // loads 16 gate and 16 up values (four 16-byte loads), computes a = BF16(act(g, u)) for them
 // (common.cuh: activate_lane_fast, an exact fast path of num::activation, with a per-lane fallback
 // to num::activation itself, activate_lane_exact, for sigmoid arguments outside its range) and
 // quantizes them with the other 7 lanes of its group (quantize_lane), then stores 16 FP8 codes (one
-// 16-byte store) and its group's scale. Kernels are specialised on the activation and the scale
-// format, so the hot loop has no format or activation branches.
+// 16-byte store) and its group's scale. Where I / 128 is not a multiple of 4 an item spans two
+// rows, so that no lane idles (Qwen3-30B, I = 768: 6 groups a row, a quarter of the lanes idled
+// when an item was a row's 4-group chunk); the packed ue8m0 format keeps items within a row's
+// scale words (walk_groups). Kernels are specialised on the activation and the scale format, so
+// the hot loop has no format or activation branches.
 // Each warp takes a contiguous range of items in row-major order, so it walks rows (and, in kLive,
-// experts) forward: one division and one binary search per warp, not per item.
+// experts) forward: one division and one binary search per lane at its start, not per item.
 // kLive: every CTA first turns ends[] into shared tables (warp 0, a shuffle scan 32 experts at a
 // time): start_e and before_e = live rows of experts < e. Live row i (0 <= i < before_E) belongs to
 // the last expert with before_e <= i and sits at row start_e + i - before_e. Where no expert has a
@@ -91,6 +95,18 @@ __device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, b
   uw[0] = u0.x, uw[1] = u0.y, uw[2] = u0.z, uw[3] = u0.w, uw[4] = u1.x, uw[5] = u1.y, uw[6] = u1.z, uw[7] = u1.w;
 }
 
+// Groups of 128 outputs per row in the kernel's walk: I / 128, or, for the packed ue8m0 format,
+// that rounded up to whole scale words (the groups past a row's end are then inactive lanes), so
+// that an item's four groups share one word.
+template <layout::ScaleFormat kFmt>
+__host__ __device__ __forceinline__ int walk_groups(int64_t inter) {
+  const int groups = static_cast<int>(layout::groups_of(inter));
+  if constexpr (kFmt == layout::ScaleFormat::kUe8m0Packed)
+    return static_cast<int>(layout::ceil_div(groups, detail::kGroupsPerChunk)) * detail::kGroupsPerChunk;
+  else
+    return groups;
+}
+
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const ActQuantParams p) {
   extern __shared__ int32_t smem[];  // kLive: before[E + 1], start[E], the dense flag
@@ -98,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   const int warps_per_block = blockDim.x / kWarp;
   const int64_t inter = p.intermediate;
   const int groups = static_cast<int>(layout::groups_of(inter));
-  const int chunks = static_cast<int>(layout::ceil_div(groups, detail::kGroupsPerChunk));
+  const int wgroups = walk_groups<kFmt>(inter);
   const int64_t m_cap = p.m_cap;
   const int64_t m_pad = layout::m_pad(m_cap);
   constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
@@ -124,12 +140,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     rows = before[num_experts];
     if (start[num_experts] != 0) live = false;  // dense: live row i is row i, as in the padded walk
   }
-  // This warp's items [first, first + count): item = i * chunks + chunk, i the (live) row index.
-  const int64_t items = rows * chunks;
+  // This warp's items [first, first + count): item k is groups 4k .. 4k + 3 of the walk over
+  // (live row i, group g) in row-major order, wgroups groups per row.
+  const int64_t items = layout::ceil_div(rows * wgroups, detail::kGroupsPerChunk);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
   const int64_t per_warp = layout::ceil_div(items, warps);
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp) * per_warp;
-  int64_t count = items - first < per_warp ? items - first : per_warp;
+  // (Y1 fits in device memory, so a warp's count of 2 KB items fits an int)
+  int count = static_cast<int>(items - first < per_warp ? items - first : per_warp);
   // GEMM2 may start now (its part before the wait reads only the metadata and its weights; launch.cuh),
   // and a CTA without items leaves without waiting, so that at decode GEMM2's CTAs take the SMs
   // GEMM1 leaves while act_quant's few working CTAs run. CTA 0 always waits: act_quant completes
@@ -141,54 +159,60 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   return;  // (investigation build: api/pipeline.cpp)
 #endif
   if (count <= 0) return;
-  int64_t i = first / chunks;
-  int chunk = static_cast<int>(first - i * chunks);
+  // The lane's group of the first item: the 8 lanes of group j of an item take its j-th group, each
+  // 16 of its 128 values. Where I / 128 is not a multiple of 4 (Qwen3-30B: 6 groups), an item's
+  // groups span two rows, so no lane idles; rows past the last one (i >= rows) are inactive.
+  const int64_t flat = first * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup;
+  const int last_row = static_cast<int>(rows);  // (rows <= m_cap < 2^31: launch_act_quant checks it)
+  int i = static_cast<int>(flat / wgroups);
+  int g = static_cast<int>(flat - static_cast<int64_t>(i) * wgroups);
   int e = 0;  // kLive: the expert of live row i
-  if (live) e = live_expert(i, before, num_experts);
+  if (live && i < last_row) e = live_expert(i, before, num_experts);
 
-  // Per-row state, set when the row changes: the lane's first gate value, its first output byte,
-  // its scale (fp32: group lane / 8 of chunk 0; packed: word 0), all of chunk 0; chunk c adds
-  // c * 512 values / c * scale_stride scales.
-  const int lane_col = lane * detail::kValuesPerLane;  // chunk * 512 + lane_col = the lane's column
-  const int64_t scale_stride = kPacked ? m_pad : detail::kGroupsPerChunk * m_pad;
+  // Per-row state of the lane, set when its row changes: its first gate value and output byte in
+  // group 0, and group 0's scale (packed: word 0); group g adds g * 128 values and g (packed: g / 4)
+  // scale columns of m_pad.
+  const int lane_col = (lane % detail::kLanesPerGroup) * detail::kValuesPerLane;  // within its group
   bool row_ok = false;
   const uint16_t* gate_row = nullptr;
   uint8_t* out_row = nullptr;
   void* scale_row = nullptr;
   auto set_row = [&]() {
     const int64_t row = live ? start[e] + (i - before[e]) : i;
-    row_ok = row >= 0 && row < m_cap;  // false only with an inconsistent ends[]; warp-uniform
+    row_ok = i < last_row && row >= 0 && row < m_cap;  // row < 0 or >= m_cap only with an inconsistent ends[]
     gate_row = y1 + row * 2 * inter + lane_col;
     out_row = p.a2 + row * inter + lane_col;
     if constexpr (kPacked)
       scale_row = static_cast<uint32_t*>(p.a2_scale) + layout::ue8m0_word_index(row, 0, m_pad);
     else
-      scale_row = static_cast<float*>(p.a2_scale) + layout::fp32_scale_index(row, lane / detail::kLanesPerGroup, m_pad);
+      scale_row = static_cast<float*>(p.a2_scale) + layout::fp32_scale_index(row, 0, m_pad);
   };
-  // An item's addresses and flags, taken from the row state when its loads are issued.
+  // An item's addresses and flag for this lane, taken from the row state when its loads are issued.
   struct Item {
     const uint16_t* gate;
     uint8_t* out;
     void* scale;
-    int chunk;
-    bool ok, active;
+    bool active;
   };
   auto item_here = [&]() {
-    const int col0 = chunk * layout::kGroup * detail::kGroupsPerChunk;  // column of lane 0
     Item it;
-    it.gate = gate_row + col0;
-    it.out = out_row + col0;
-    it.scale = scale_row;
-    it.chunk = chunk;
-    it.ok = row_ok;
-    it.active = chunk * detail::kGroupsPerChunk + lane / detail::kLanesPerGroup < groups;
+    it.gate = gate_row + g * layout::kGroup;
+    it.out = out_row + g * layout::kGroup;
+    if constexpr (kPacked)
+      it.scale = static_cast<uint32_t*>(scale_row) + (g / detail::kGroupsPerChunk) * m_pad;
+    else
+      it.scale = static_cast<float*>(scale_row) + g * m_pad;
+    it.active = row_ok && g < groups;
     return it;
   };
   auto next_item = [&]() {
-    if (++chunk == chunks) {  // next row
-      chunk = 0;
-      ++i;
-      if (live) {
+    g += detail::kGroupsPerChunk;
+    if (g >= wgroups) {  // next row (several when a row has fewer than 4 groups)
+      do {
+        g -= wgroups;
+        ++i;
+      } while (g >= wgroups);
+      if (live && i < last_row) {
         while (e + 1 < num_experts && i >= before[e + 1]) ++e;
       }
       set_row();
@@ -200,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   // and stored, so each warp keeps two items' 2 KB of loads outstanding instead of one.
   Item cur = item_here();
   uint32_t gw[8], uw[8];
-  load_lane(cur.gate, inter, cur.ok && cur.active, gw, uw);
+  load_lane(cur.gate, inter, cur.active, gw, uw);
   for (; count > 0; --count) {
     Item nxt = cur;
     uint32_t gn[8], un[8];
@@ -208,23 +232,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
       next_item();
       nxt = item_here();
     }
-    load_lane(nxt.gate, inter, count > 1 && nxt.ok && nxt.active, gn, un);
-    if (cur.ok) {
-      uint32_t aw[8];
-      if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
-        load_lane(cur.gate, inter, cur.active, gw, uw);
-        detail::activate_lane_exact(gw, uw, act, aw);
-      }
-      uint4 codes;
-      const float scale = detail::quantize_lane<kPow2>(aw, codes);
-      if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
-      if constexpr (kPacked) {
-        const uint32_t word = detail::ue8m0_chunk_word(scale, cur.active);
-        if (lane == 0) static_cast<uint32_t*>(cur.scale)[cur.chunk * scale_stride] = word;
-      } else {
-        if (cur.active && lane % detail::kLanesPerGroup == 0)
-          static_cast<float*>(cur.scale)[cur.chunk * scale_stride] = scale;
-      }
+    load_lane(nxt.gate, inter, count > 1 && nxt.active, gn, un);
+    uint32_t aw[8];
+    if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
+      load_lane(cur.gate, inter, cur.active, gw, uw);
+      detail::activate_lane_exact(gw, uw, act, aw);
+    }
+    uint4 codes;  // (inactive lanes quantize zeros and store nothing)
+    const float scale = detail::quantize_lane<kPow2>(aw, codes);
+    if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
+    if constexpr (kPacked) {
+      const uint32_t word = detail::ue8m0_chunk_word(scale, cur.active);
+      if (lane == 0 && cur.active) *static_cast<uint32_t*>(cur.scale) = word;  // (lane 0: the word's group 0)
+    } else {
+      if (cur.active && lane % detail::kLanesPerGroup == 0) *static_cast<float*>(cur.scale) = scale;
     }
     cur = nxt;
 #pragma unroll
@@ -238,9 +259,11 @@ cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   const size_t smem = live ? (2 * static_cast<size_t>(p.num_experts) + 2) * sizeof(int32_t) : 0;
   int64_t max_rows = p.m_cap;
   if (live && p.max_live_rows > 0 && p.max_live_rows < max_rows) max_rows = p.max_live_rows;
-  const int64_t chunks = layout::ceil_div(layout::groups_of(p.intermediate), detail::kGroupsPerChunk);
+  const int wgroups = p.scale_format == layout::ScaleFormat::kUe8m0Packed
+                          ? walk_groups<layout::ScaleFormat::kUe8m0Packed>(p.intermediate)
+                          : walk_groups<layout::ScaleFormat::kFp32>(p.intermediate);
   int blocks = 0;
-  const int64_t needed = layout::ceil_div(max_rows * chunks, kThreads / kWarp);
+  const int64_t needed = layout::ceil_div(layout::ceil_div(max_rows * wgroups, detail::kGroupsPerChunk), kThreads / kWarp);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
   switch (p.scale_format) {
     case layout::ScaleFormat::kFp32:

@@ -117,7 +117,9 @@ TEST(ActQuant, MixedExpertSizes) {
   FP8MOE_REQUIRE_GPU();
   Rng rng(fresh_seed());
   const std::vector<int32_t> counts = {5, 0, 128, 129, 1, 0, 255, 300};
-  for (int64_t inter : {256, 384, 512}) {  // 2, 3, 4 groups: partly filled and full ue8m0 words
+  // 1..6 groups a row: partly filled and full ue8m0 words, and (fp32 scales) warp items of four
+  // groups that span two rows, or several (act_quant.cu's walk); 768 is Qwen3-30B's I.
+  for (int64_t inter : {128, 256, 384, 512, 640, 768}) {
     SCOPED_TRACE("I " + std::to_string(inter));
     check_act_quant(permutation_from_counts(counts, 300, 4), inter, 300 * 4, rng);
   }
