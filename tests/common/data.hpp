@@ -35,6 +35,14 @@ inline std::vector<uint16_t> random_bf16(Rng& rng, size_t n, float stddev = 1.0f
   return v;
 }
 
+// The next word of a SplitMix64 stream (the bulk generators below: fast enough for GBs of weights).
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t w = (state += 0x9E3779B97F4A7C15ull);
+  w = (w ^ (w >> 30)) * 0xBF58476D1CE4E5B9ull;
+  w = (w ^ (w >> 27)) * 0x94D049BB133111EBull;
+  return w ^ (w >> 31);
+}
+
 // Uniformly random E4M3 codes, never a NaN code (0x7F / 0xFF become 0x7E / 0xFE: +-448).
 // Bulk generator: a SplitMix64 stream seeded from rng, eight codes per draw, NaN codes fixed
 // branch-free, so that the 1.4 GB of the seed shape's weights take about a second.
@@ -43,10 +51,7 @@ inline std::vector<uint8_t> random_fp8_codes(Rng& rng, size_t n) {
   uint64_t state = rng();
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; i += 8) {
-    uint64_t w = (state += 0x9E3779B97F4A7C15ull);
-    w = (w ^ (w >> 30)) * 0xBF58476D1CE4E5B9ull;
-    w = (w ^ (w >> 27)) * 0x94D049BB133111EBull;
-    w ^= w >> 31;
+    uint64_t w = splitmix64(state);
     // A byte whose low 7 bits are all ones carries into its bit 7 when 1 is added to them; those
     // bytes (and only those) get 1 subtracted, which never borrows from a neighbour.
     const uint64_t nan_bytes = (((w & kLow7) + kOnes) & ~kLow7) >> 7;
@@ -67,10 +72,7 @@ inline std::vector<uint8_t> random_fp8_normal_codes(Rng& rng, size_t n, float si
   uint64_t state = rng();
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; i += 4) {
-    uint64_t w = (state += 0x9E3779B97F4A7C15ull);
-    w = (w ^ (w >> 30)) * 0xBF58476D1CE4E5B9ull;
-    w = (w ^ (w >> 27)) * 0x94D049BB133111EBull;
-    w ^= w >> 31;
+    const uint64_t w = splitmix64(state);
     for (size_t j = 0; j < 4 && i + j < n; ++j) v[i + j] = table[(w >> (16 * j)) & 0xFFFF];
   }
   return v;
