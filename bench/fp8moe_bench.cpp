@@ -337,16 +337,17 @@ struct Weights {
   std::vector<float> w13_scale, w2_scale;
 };
 
-// Random E4M3 codes (no NaN; --weights normal: codes of normal samples, sigma 448 / 4.2 so that a
-// 128 x 128 block's largest value lands near 448) and block scales chosen so that gate/up outputs
-// have a standard deviation of about 5 and down outputs about 1 (as tests/common/problem.hpp does).
+// Random E4M3 codes (no NaN; --weights normal: codes of normal samples whose 128 x 128 blocks have
+// their largest value near 448, test::kWeightBlockSigma) and block scales chosen so that gate/up
+// outputs have a standard deviation of about 5 and down outputs about 1 (as tests/common/problem.hpp
+// does).
 Weights make_weights(const Preset& p, uint64_t seed, bool normal) {
   constexpr double kY1Std = 5.0;
-  constexpr float kNormalSigma = 448.0f / 4.2f;
   const int64_t E = p.experts, H = p.hidden, I = p.inter;
   fp8moe::test::Rng rng(seed);
   auto codes = [&](size_t n) {
-    return normal ? fp8moe::test::random_fp8_normal_codes(rng, n, kNormalSigma) : fp8moe::test::random_fp8_codes(rng, n);
+    return normal ? fp8moe::test::random_fp8_normal_codes(rng, n, fp8moe::test::kWeightBlockSigma)
+                  : fp8moe::test::random_fp8_codes(rng, n);
   };
   Weights w;
   w.w13 = codes(size_t(E) * 2 * I * H);

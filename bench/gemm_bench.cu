@@ -12,8 +12,8 @@
 // of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
 // live run's per-CTA timeline to PATH as lines "case gemm cta slot ns". --flush clean: samples
 // start on a clean L2 (bench_common.cuh: FlushMode; analysis, the default is the write flush).
-// --data normal: A and B hold the E4M3 codes of normal samples (sigma 448/2.7 for A's 128-element
-// row groups, 448/4.2 for B's 128 x 128 blocks: each group's largest value near 448, as block
+// --data normal: A and B hold the E4M3 codes of normal samples (tests/common/data.hpp's sigmas for
+// A's 128-element row groups and B's 128 x 128 blocks: each group's largest value near 448, as block
 // quantisation leaves them) instead of codes with every bit but one random (the default); the
 // tensor cores' power, and so the clock at the power limit, depends on the bits they multiply.
 #include <cuda_runtime.h>
@@ -131,13 +131,12 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&w2, size_t(E) * H * I));
   BENCH_CUDA(cudaMalloc(&w13s, size_t(E) * (2 * I / 128) * (H / 128) * 4));
   BENCH_CUDA(cudaMalloc(&w2s, size_t(E) * (H / 128) * (I / 128) * 4));
-  constexpr float kSigmaA = 448.0f / 2.7f, kSigmaB = 448.0f / 4.2f;  // --data normal
   auto fill_fp8 = [&](uint8_t* p, size_t n, uint32_t seed, float sigma) {
     if (normal_data) bench::fill_normal_fp8(p, n, seed, sigma);
     else bench::fill_random_fp8(p, n, seed);
   };
-  fill_fp8(w13, size_t(E) * 2 * I * H, 1, kSigmaB);
-  fill_fp8(w2, size_t(E) * H * I, 2, kSigmaB);
+  fill_fp8(w13, size_t(E) * 2 * I * H, 1, fp8moe::test::kWeightBlockSigma);
+  fill_fp8(w2, size_t(E) * H * I, 2, fp8moe::test::kWeightBlockSigma);
   bench::fill_random_f32(w13s, size_t(E) * (2 * I / 128) * (H / 128), 3, 1e-3f, 1e-2f);
   bench::fill_random_f32(w2s, size_t(E) * (H / 128) * (I / 128), 4, 1e-3f, 1e-2f);
 
@@ -220,7 +219,7 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMalloc(&as, scale_bytes));
       BENCH_CUDA(cudaMalloc(&d_live, m_cap * n * 2));
       BENCH_CUDA(cudaMalloc(&d_pad, m_cap * n * 2));
-      fill_fp8(a, m_cap * k, 5 + g, kSigmaA);
+      fill_fp8(a, m_cap * k, 5 + g, fp8moe::test::kActGroupSigma);
       bench::fill_random_f32(as, scale_bytes / 4, 7 + g, 1e-3f, 1e-2f);
       gemm::GroupedGemmArgs args;
       args.a = a;

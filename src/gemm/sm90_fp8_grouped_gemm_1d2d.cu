@@ -110,12 +110,8 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 // number of N-blocks per expert (a pair never straddles two experts); M-pairs work for any N and
 // the live schedule only (the padded baseline then runs N-pairs or single CTAs).
 GemmCluster cluster_for(const GroupedGemmArgs& a) {
-  static const GemmCluster from_env = [] {
-    if (knobs::equals("FP8MOE_GEMM_CLUSTER", "2") || knobs::equals("FP8MOE_GEMM_CLUSTER", "2n"))
-      return GemmCluster::kPairN;
-    if (knobs::equals("FP8MOE_GEMM_CLUSTER", "2m")) return GemmCluster::kPairM;
-    return GemmCluster::kSingle;
-  }();
+  const char env = knobs::gemm_cluster();
+  const GemmCluster from_env = env == 'n' ? GemmCluster::kPairN : env == 'm' ? GemmCluster::kPairM : GemmCluster::kSingle;
   const GemmCluster c = a.cluster == GemmCluster::kAuto ? from_env : a.cluster;
   return c == GemmCluster::kPairM && a.schedule != layout::Schedule::kLive ? GemmCluster::kSingle : c;
 }

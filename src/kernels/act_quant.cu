@@ -98,13 +98,10 @@ __device__ __forceinline__ void load_lane(const uint16_t* gate, int64_t inter, b
 // Groups of 128 outputs per row in the kernel's walk: I / 128, or, for the packed ue8m0 format,
 // that rounded up to whole scale words (the groups past a row's end are then inactive lanes), so
 // that an item's four groups share one word.
-template <layout::ScaleFormat kFmt>
-__host__ __device__ __forceinline__ int walk_groups(int64_t inter) {
-  const int groups = static_cast<int>(layout::groups_of(inter));
-  if constexpr (kFmt == layout::ScaleFormat::kUe8m0Packed)
-    return static_cast<int>(layout::ceil_div(groups, detail::kGroupsPerChunk)) * detail::kGroupsPerChunk;
-  else
-    return groups;
+__host__ __device__ __forceinline__ int walk_groups(int64_t inter, layout::ScaleFormat fmt) {
+  const int64_t groups = layout::groups_of(inter);
+  return static_cast<int>(fmt == layout::ScaleFormat::kUe8m0Packed ? layout::round_up(groups, detail::kGroupsPerChunk)
+                                                                    : groups);
 }
 
 template <num::ActKind kKind, layout::ScaleFormat kFmt>
@@ -114,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
   const int warps_per_block = blockDim.x / kWarp;
   const int64_t inter = p.intermediate;
   const int groups = static_cast<int>(layout::groups_of(inter));
-  const int wgroups = walk_groups<kFmt>(inter);
+  const int wgroups = walk_groups(inter, kFmt);
   const int64_t m_cap = p.m_cap;
   const int64_t m_pad = layout::m_pad(m_cap);
   constexpr bool kPow2 = kFmt != layout::ScaleFormat::kFp32;
@@ -259,9 +256,7 @@ cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   const size_t smem = live ? (2 * static_cast<size_t>(p.num_experts) + 2) * sizeof(int32_t) : 0;
   int64_t max_rows = p.m_cap;
   if (live && p.max_live_rows > 0 && p.max_live_rows < max_rows) max_rows = p.max_live_rows;
-  const int wgroups = p.scale_format == layout::ScaleFormat::kUe8m0Packed
-                          ? walk_groups<layout::ScaleFormat::kUe8m0Packed>(p.intermediate)
-                          : walk_groups<layout::ScaleFormat::kFp32>(p.intermediate);
+  const int wgroups = walk_groups(p.intermediate, p.scale_format);
   int blocks = 0;
   const int64_t needed = layout::ceil_div(layout::ceil_div(max_rows * wgroups, detail::kGroupsPerChunk), kThreads / kWarp);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));

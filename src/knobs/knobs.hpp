@@ -42,6 +42,13 @@ inline int gemm_block_n() {  // 0: not set (the rule decides)
   static const int n = integer("FP8MOE_GEMM_BLOCK_N", 0);
   return n;
 }
+// FP8MOE_GEMM_CLUSTER: 'n' for 2 or 2n (N-pairs sharing A), 'm' for 2m (M-pairs sharing B), 0 otherwise.
+inline char gemm_cluster() {
+  static const char c = equals("FP8MOE_GEMM_CLUSTER", "2") || equals("FP8MOE_GEMM_CLUSTER", "2n") ? 'n'
+                        : equals("FP8MOE_GEMM_CLUSTER", "2m")                                       ? 'm'
+                                                                                                   : 0;
+  return c;
+}
 inline bool gemm_dynamic_off() {
   static const bool off = equals("FP8MOE_GEMM_DYNAMIC", "0");
   return off;

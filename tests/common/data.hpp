@@ -61,10 +61,16 @@ inline std::vector<uint8_t> random_fp8_codes(Rng& rng, size_t n) {
   return v;
 }
 
+// The sigma at which normal samples rounded to E4M3 look block-quantised: a group's largest value
+// lands near 448 (E4M3's largest), about 4.2 sigma for a 128 x 128 weight block's 16384 values and
+// 2.7 sigma for an activation row's 128-value group.
+constexpr float kWeightBlockSigma = 448.0f / 4.2f;
+constexpr float kActGroupSigma = 448.0f / 2.7f;
+
 // E4M3 codes of normal(0, sigma) samples (round to nearest even, saturating at +-448): the shape of
-// block-quantised model weights, whose blocks have their largest value scaled to about 448 (sigma
-// ~ 448 / 4.2 for a 128 x 128 block), where random_fp8_codes draws every bit at random. Bulk
-// generator: a table of 65536 such codes, indexed by 16-bit pieces of a SplitMix64 stream.
+// block-quantised model weights (sigma = kWeightBlockSigma), where random_fp8_codes draws every bit
+// at random. Bulk generator: a table of 65536 such codes, indexed by 16-bit pieces of a SplitMix64
+// stream.
 inline std::vector<uint8_t> random_fp8_normal_codes(Rng& rng, size_t n, float sigma) {
   std::normal_distribution<float> dist(0.0f, sigma);
   std::vector<uint8_t> table(65536);

@@ -31,7 +31,7 @@ TEST(TestData, UniformCodesCoverEveryCodeButNaN) {
 
 TEST(TestData, NormalCodesFollowTheirSigma) {
   test::Rng rng(test::fresh_seed());
-  const float sigma = 448.0f / 4.2f;
+  const float sigma = test::kWeightBlockSigma;
   const size_t n = (1 << 20) + 3;  // not a multiple of the generator's 4 codes per draw
   const auto v = test::random_fp8_normal_codes(rng, n, sigma);
   ASSERT_EQ(v.size(), n);
