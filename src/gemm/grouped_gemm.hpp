@@ -42,10 +42,13 @@ struct GroupedGemmArgs {
   // order (dynamic tiles) instead of a fixed stride of gridDim; after the launch it holds the
   // number of tiles. FP8MOE_GEMM_DYNAMIC=0 ignores it (for A/B runs).
   int32_t* tile_counter = nullptr;
+  // The live schedule's tile width: 0 the rule (or FP8MOE_GEMM_BLOCK_N); 128, 192 or 256 (single
+  // CTAs, N a multiple of 256; otherwise the rule) force it.
+  int block_n = 0;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
-// warpgroups, 128x128 or 128x192 tiles, FP32 promotion every 128 K. Graph-capturable: the grid is
+// warpgroups, 128x128, 128x192 or 128x256 tiles, FP32 promotion every 128 K. Graph-capturable: the grid is
 // the SM count; the tile count is read on the device. Returns the launch error, if any.
 cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& args, cudaStream_t stream);
 

@@ -86,11 +86,15 @@ constexpr int kAutoSmemBytes =
              Sm90GemmConfig<192, sm90_stages_for(192), true>::kSmemBytes);  // (its 192-wide body: tall tiles)
 using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAutoSmemBytes, 0, 0, 1, false>;
 
-// Tile widths: 128 or 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes; +16-23% on
-// prefill-sized GEMMs on the H200, docs/perf-notes.md), with sm90_stages_for() stages (the 192-wide
-// ring's 4: pipeline 4096/4096 and 512/512 -2..-3%, 4096/256 +1%: perf notes v18). The live schedule:
-//   - 192 from the host when a full capacity gives an expert more than 1.5 M-tiles on average
-//     (more than 192 rows: prefill capacities, compute tiles);
+// Tile widths: 128, 192 (1.5x the FLOPs per pipeline stage for 1.23x the bytes; +16-23% on
+// prefill-sized GEMMs on the H200, docs/perf-notes.md) or 256, with sm90_stages_for() stages (the
+// 192-wide ring's 4: pipeline 4096/4096 and 512/512 -2..-3%, 4096/256 +1%: perf notes v18; the
+// 256-wide ring's 3). The live schedule:
+//   - from the host when a full capacity gives an expert more than 1.5 M-tiles on average (more
+//     than 192 rows: prefill capacities, compute tiles): 256 where N is a multiple of 256 but not
+//     of 192, so that 192 would compute a partial last tile (seed GEMM1 4096 = 21.3 x 192, GEMM2
+//     7168, Qwen3 GEMM2 2048 and 4096: pipeline seed 4096/4096 -2.5..-3.8%, GEMM2s -3%), else 192
+//     (Qwen3 GEMM1 1536 and 3072: 256 measured 0..+3% there; perf notes v37);
 //   - below that the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
 //     sched::wide_tiles; block_n_for() returns 0): 192 when the touched experts average more than
 //     one M-tile (512/512: -5% end to end), 128 at decode sizes (weight streaming, where 192's
@@ -118,11 +122,17 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
 
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
-  const int forced = knobs::gemm_block_n();
+  const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
+  // 256-wide tiles: single CTAs, N a multiple of 256 (no partial tile, no straddled B-scale block).
+  if (forced == 256 && a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle) return 256;
   if (forced == 128 || forced == 192) return forced;
   // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
   const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
-  if (full_rows_per_expert > 192) return 192;
+  if (full_rows_per_expert > 192) {
+    // 256 where it computes fewer columns than 192 (no partial last tile where 192 has one), else 192.
+    const bool wide = a.n % 256 == 0 && a.n % 192 != 0 && cluster_for(a) == GemmCluster::kSingle;
+    return wide ? 256 : 192;
+  }
   return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
 }
 
@@ -140,6 +150,7 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const bool live = a.schedule == layout::Schedule::kLive;
   const int block_n = block_n_for(a);
   if (block_n == 0) return f(AutoLauncher{});  // live, single CTAs
+  if (block_n == 256) return f(Launcher<256, sm90_stages_for(256), 1, true>{});  // live, single CTAs
   if (block_n == 192) {  // live only
     constexpr int kN = 192, kS = sm90_stages_for(192);
     if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
@@ -178,10 +189,12 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   // the GEMM's boxes (BN rows x 128 bytes, rows K bytes apart) then reaches 95% of the HBM read
   // ceiling instead of 89% (fp8moe-tma-stream on the H200, docs/perf-notes.md v15).
   constexpr auto kPromoteB = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-  for (int i = 0; i < 2; ++i)  // boxes of 128 and 192 rows
-    ok = ok && encode_2d(&p.map_b[i], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b,
-                         static_cast<uint64_t>(a.num_experts) * a.n, a.k, i ? 192 : 128, 128,
-                         CU_TENSOR_MAP_SWIZZLE_128B, kPromoteB);
+  for (const int box : {128, 192, 256}) {  // (256: only where that width can run)
+    if (box == 256 && block_n_for(a) != 256) continue;
+    ok = ok && encode_2d(&p.map_b[b_map_index(box)], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b,
+                         static_cast<uint64_t>(a.num_experts) * a.n, a.k, box, 128, CU_TENSOR_MAP_SWIZZLE_128B,
+                         kPromoteB);
+  }
   ok = ok &&
       (cluster_for(a) != GemmCluster::kPairM ||  // the half-height B box only M-pairs load
        encode_2d(&p.map_b_half, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b, static_cast<uint64_t>(a.num_experts) * a.n,

@@ -11,10 +11,11 @@
 //     columns are two halves, each a group of four wgmma m64n(BN/2)k32 into its own FP32
 //     accumulator, software-pipelined so that one half runs on the tensor cores while the other
 //     is promoted on the CUDA cores (out += (scale_a[row] * scale_b) * acc, every 128 K); a stage
-//     is released (`empty`) as soon as both halves have read it. A 64-row half with no live row
-//     skips its math.
+//     is released (`empty`) as soon as both halves have read it. 256-wide tiles run four
+//     64-column quarters instead, two in flight (the same registers). A 64-row half with no live
+//     row skips its math.
 //   Epilogue, per math warpgroup: BF16 fragments -> stmatrix into a shared staging tile (128-byte
-//     swizzle) -> global memory. The 192-wide kernel stages a warpgroup's whole 64 x 192 tile and
+//     swizzle) -> global memory. The 192- and 256-wide kernels stage a warpgroup's whole tile and
 //     hands it to TMA stores when all 64 rows are live, then goes straight on to the next tile;
 //     otherwise each 64-column half is copied out with coalesced 16-byte stores by the warpgroup's
 //     threads. A warpgroup with no live row stores nothing, and live tiles store only their live
@@ -105,7 +106,7 @@ constexpr int kSm90GemmThreads = 384;
 
 struct Sm90GemmParams {
   CUtensorMap map_a[3];  // FP8 [m_cap, k], boxes a_box_rows(i) x 128, 128-byte swizzle
-  CUtensorMap map_b[2];  // FP8 [E * n, k], box BN x 128 (BN = 128, 192), 128-byte swizzle
+  CUtensorMap map_b[3];  // FP8 [E * n, k], box BN x 128 (BN = 128, 192, 256: b_map_index), 128-byte swizzle
   CUtensorMap map_sfa;  // FP32 [k/128, m_pad], box 1 x 128
   __nv_bfloat16* d;     // BF16 [m_cap, n] (map_d below: the same for TMA stores)
   const float* b_scale;
@@ -150,9 +151,12 @@ __device__ __forceinline__ void trace_data(int& n) {
 #endif
 
 // Ring stages per tile width: 6 at 128 columns; 4 at 192, where the fifth stage's room holds each
-// math warpgroup's whole output tile for the TMA-store epilogue (perf notes v18). Every launch of
-// a body takes its stage count from here (the host's dispatch, the auto-width kernel).
-__host__ __device__ constexpr int sm90_stages_for(int block_n) { return block_n == 128 ? 6 : 4; }
+// math warpgroup's whole output tile for the TMA-store epilogue (perf notes v18); 3 at 256 (48 KB
+// stages beside a 64 KB staging tile). Every launch of a body takes its stage count from here (the
+// host's dispatch, the auto-width kernel).
+__host__ __device__ constexpr int sm90_stages_for(int block_n) { return block_n == 128 ? 6 : block_n == 192 ? 4 : 3; }
+// The index of the B tensor map (Sm90GemmParams::map_b) whose box is block_n rows.
+__host__ __device__ constexpr int b_map_index(int block_n) { return block_n == 128 ? 0 : block_n == 192 ? 1 : 2; }
 
 // kTall: the layout with room for tall tiles (the auto-width kernel's 192-wide body).
 template <int kBlockN, int kStages, bool kTall = false>
@@ -182,17 +186,17 @@ struct Sm90GemmConfig {
   static constexpr int kFullArrivals = kScalesInRing ? 2 : 1;
   // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
   // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
-  static constexpr bool kBulkStore = kBlockN == 192;
+  static constexpr bool kBulkStore = kBlockN >= 192;
   static constexpr int kDBytes = 64 * (kBulkStore ? kBlockN : 64) * 2;
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each, and (192
   // wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
-  static constexpr bool kTileLut = kBlockN == 192;
+  static constexpr bool kTileLut = kBlockN >= 192;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
   // then, 192 wide, that tile resolved (expert, first row, first column, row end, tall: kStages x
   // kTileInfoInts ints), so that the math warpgroups do not run the scheduler's get() at each tile
   // change.
-  static constexpr bool kTileInfoSlots = kBlockN == 192;
+  static constexpr bool kTileInfoSlots = kBlockN >= 192;
   static constexpr int kTileInfoInts = kTall ? 5 : 4;
   // The shared-memory layout, in bytes from the 1024-aligned base (sm90_gemm_body's pointers; the
   // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
@@ -212,7 +216,8 @@ struct Sm90GemmConfig {
   static constexpr int kLayoutBytes = kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0);
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   static constexpr int kSmemBytes = kLayoutBytes + 1024;
-  static_assert(kBlockN == 128 || kBlockN == 192, "tile widths with at most two B-scale blocks");
+  static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256, "tile widths with at most two B-scale blocks");
+  static_assert(kSmemBytes <= 232448, "the H200's shared memory per CTA");
   static_assert(kBOffset % 1024 == 0 && kDOffset % 1024 == 0, "swizzled tiles start on 1024 bytes");
   static_assert(!kTall || (kBlockN == 192 && kTallA3Offset + 64 * kBlockK <= kBBytes),
                 "tall tiles: the 192-wide ring, whose B stage holds a tall tile's rows 128..191");
@@ -239,7 +244,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   // kernel runs it (kTallTiles; see there).
   constexpr bool kTall = kTallTiles && kBlockN == 192 && kLive && kCluster == 1 && !kPairM;
   using Cfg = Sm90GemmConfig<kBlockN, kStages, kTall>;
-  const CUtensorMap* map_b = &p.map_b[kBlockN == 192];
+  const CUtensorMap* map_b = &p.map_b[b_map_index(kBlockN)];
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   static_assert(!kPairM || (kCluster == 2 && kLive), "M-pairs: 2-CTA clusters, live schedule");
@@ -751,6 +756,70 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             promote(acc_b, 64, sa0, sa1, sb, sb, sh0, sh1);
             advance();
           }
+        } else if constexpr (kBlockN == 256) {
+          // The four-quarter loop of a 128 x 256 tile: each warpgroup's 64 x 256 outputs are four
+          // 64-column quarters, each a wgmma group (m64n64) over the 128-K block, two in flight:
+          // quarter q + 2 goes into the accumulator quarter q was just promoted from, so the
+          // registers are the two-half loop's (128 outputs + 2 x 32). Quarters 0-1 take the first
+          // B-scale block, 2-3 the second (a 256-wide tile starts on a 256-column boundary).
+          using Quarter = ptx::WgmmaE4M3<64>;
+          float acc_x[Quarter::kAccum], acc_y[Quarter::kAccum];
+          auto issue_q = [&](float(&acc)[Quarter::kAccum], int q) {
+            issue_group(acc, smem_a + stage * Cfg::kABytes + a_desc_offset,
+                        smem_b + stage * Cfg::kBBytes + q * 64 * Cfg::kBlockK);
+          };
+          auto done = [&](float(&acc)[Quarter::kAccum]) {
+#pragma unroll
+            for (int i = 0; i < Quarter::kAccum; ++i) ptx::fence_operand(acc[i]);
+          };
+          wait_full(stage, phase);
+          float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+          float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+          float sb = __ldg(sb_lo), sb2 = __ldg(sb_hi);
+          issue_q(acc_x, 0);
+          issue_q(acc_y, 1);
+          for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
+            const float sb_next = __ldg(sb_lo + kb + 1), sb2_next = __ldg(sb_hi + kb + 1);
+            ptx::wgmma_wait<1>();  // quarter 0 done
+            done(acc_x);
+            promote(acc_x, 0, sa0, sa1, sb, sb, sa0, sa1);
+            issue_q(acc_x, 2);
+            ptx::wgmma_wait<1>();  // quarter 1 done
+            done(acc_y);
+            promote(acc_y, 32, sa0, sa1, sb, sb, sa0, sa1);
+            issue_q(acc_y, 3);
+            ptx::wgmma_wait<1>();  // quarter 2 done
+            done(acc_x);
+            promote(acc_x, 64, sa0, sa1, sb2, sb2, sa0, sa1);
+            const int cur = stage;
+            advance();
+            wait_full(stage, phase);
+            const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+            const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+            issue_q(acc_x, 0);     // quarter 0 of kb + 1
+            ptx::wgmma_wait<1>();  // quarter 3 done
+            release(cur);          // every quarter has read stage kb
+            done(acc_y);
+            promote(acc_y, 96, sa0, sa1, sb2, sb2, sa0, sa1);
+            issue_q(acc_y, 1);  // quarter 1 of kb + 1
+            sa0 = sa0_next, sa1 = sa1_next, sb = sb_next, sb2 = sb2_next;
+          }
+          ptx::wgmma_wait<1>();
+          done(acc_x);
+          promote(acc_x, 0, sa0, sa1, sb, sb, sa0, sa1);
+          issue_q(acc_x, 2);
+          ptx::wgmma_wait<1>();
+          done(acc_y);
+          promote(acc_y, 32, sa0, sa1, sb, sb, sa0, sa1);
+          issue_q(acc_y, 3);
+          ptx::wgmma_wait<1>();
+          done(acc_x);
+          promote(acc_x, 64, sa0, sa1, sb2, sb2, sa0, sa1);
+          ptx::wgmma_wait<0>();
+          release(stage);
+          done(acc_y);
+          promote(acc_y, 96, sa0, sa1, sb2, sb2, sa0, sa1);
+          advance();
         } else {  // the two-half loop of a 128 x BN tile
         float acc_a[Half::kAccum], acc_b[Half::kAccum];
 #if FP8MOE_GEMM_TRACE

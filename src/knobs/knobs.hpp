@@ -4,7 +4,7 @@
 //   FP8MOE_PDL=0            plain launches instead of programmatic dependent ones (kernels/launch.cuh)
 //   FP8MOE_WARM=N           k-blocks of GEMM1's first weights warmed into L2 by the input
 //                           quantization (default 8; 0: none) (kernels/permute.cu)
-//   FP8MOE_GEMM_BLOCK_N=128|192  the live GEMMs' tile width instead of the rule (gemm/*.cu)
+//   FP8MOE_GEMM_BLOCK_N=128|192|256  the live GEMMs' tile width instead of the rule (gemm/*.cu)
 //   FP8MOE_GEMM_CLUSTER=2|2n|2m  2-CTA clusters sharing A (N-pairs) or B (M-pairs) (gemm/*.cu)
 //   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
 #pragma once

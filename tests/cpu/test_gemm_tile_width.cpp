@@ -1,5 +1,6 @@
 // The SM90 GEMM's tile width: where a full capacity gives an expert more than 192 rows on average
-// the host takes 192 columns (compute tiles); below that the live schedule's kernel chooses on the
+// the host takes 192 columns (compute tiles), or 256 where N is a multiple of 256 but not of 192
+// (192 would compute a partial last tile); below that the live schedule's kernel chooses on the
 // device from the live rows (block_n 0 here; sched::wide_tiles, tested below), because a captured
 // graph keeps its kernels while the routing changes; the padded baseline always takes 128. All
 // host-only, so this runs without a GPU.
@@ -15,7 +16,8 @@
 namespace fp8moe {
 namespace {
 
-int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedule) {
+int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedule,
+            gemm::GemmCluster cluster = gemm::GemmCluster::kSingle) {
   gemm::GroupedGemmArgs a;
   a.m_cap = layout::m_cap(capacity, top_k, experts);
   a.m_pad = layout::m_pad(a.m_cap);
@@ -23,7 +25,7 @@ int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedu
   a.k = 2048;
   a.num_experts = experts;
   a.schedule = schedule;
-  a.cluster = gemm::GemmCluster::kSingle;
+  a.cluster = cluster;
   return gemm::sm90_fp8_grouped_gemm_1d2d_info(a).block_n;
 }
 
@@ -34,14 +36,21 @@ TEST(GemmTileWidth, FollowsRowsPerExpertAtFullCapacity) {
   constexpr int kOnDevice = 0;
   // DeepSeek-V3 EP=8 (E=32, k=8): 128 rows per expert at capacity 512, 1024 at 4096.
   EXPECT_EQ(block_n(512, 8, 32, 4096, kLive), kOnDevice);
-  EXPECT_EQ(block_n(4096, 8, 32, 4096, kLive), 192);
+  EXPECT_EQ(block_n(4096, 8, 32, 4096, kLive), 256);  // GEMM1: 4096 = 16 x 256 = 21.3 x 192
+  EXPECT_EQ(block_n(4096, 8, 32, 7168, kLive), 256);  // GEMM2: 7168 = 28 x 256 = 37.3 x 192
   // Qwen3-30B-A3B (E=128, k=8): 32 rows per expert at 512, 256 at 4096.
   EXPECT_EQ(block_n(512, 8, 128, 1536, kLive), kOnDevice);
-  EXPECT_EQ(block_n(4096, 8, 128, 1536, kLive), 192);
-  EXPECT_EQ(block_n(4096, 8, 128, 2048, kLive), 192);
-  // Near the boundary: 184 rows per expert leave it to the device, 200 take 192.
+  EXPECT_EQ(block_n(4096, 8, 128, 1536, kLive), 192);  // 1536 = 8 x 192: no partial tile
+  EXPECT_EQ(block_n(4096, 8, 128, 2048, kLive), 256);
+  EXPECT_EQ(block_n(4096, 8, 128, 3072, kLive), 192);  // Qwen3-235B GEMM1 (and 12 x 256)
+  EXPECT_EQ(block_n(4096, 8, 128, 640, kLive), 192);   // not a multiple of 256
+  // Near the boundary: 184 rows per expert leave it to the device, 200 take the host's width.
   EXPECT_EQ(block_n(736, 8, 32, 4096, kLive), kOnDevice);
-  EXPECT_EQ(block_n(800, 8, 32, 4096, kLive), 192);
+  EXPECT_EQ(block_n(800, 8, 32, 4096, kLive), 256);
+  EXPECT_EQ(block_n(800, 8, 32, 1536, kLive), 192);
+  // 256-wide tiles run as single CTAs only: 2-CTA clusters keep 192.
+  EXPECT_EQ(block_n(4096, 8, 32, 4096, kLive, gemm::GemmCluster::kPairN), 192);
+  EXPECT_EQ(block_n(4096, 8, 32, 4096, kLive, gemm::GemmCluster::kPairM), 192);
   // Fewer capacity slots than experts: no underflow.
   EXPECT_EQ(block_n(1, 8, 128, 2048, kLive), kOnDevice);
   // The padded baseline keeps today's 128x128 tiles.

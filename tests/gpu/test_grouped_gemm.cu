@@ -39,6 +39,7 @@ struct GemmCase {
   std::vector<int32_t> counts;  // live rows per expert
   int64_t extra_tail_tiles = 1;  // dead 128-row tiles after the last expert (capacity slack)
   GemmCluster cluster = GemmCluster::kAuto;  // kernel variant of the live run
+  int block_n = 0;  // the live run's tile width (GroupedGemmArgs::block_n; 0: the rule)
 };
 
 struct GemmRun {
@@ -126,6 +127,7 @@ void run_case(const GemmCase& c, GemmRun& r) {
   args.d = d_live.ptr;
   args.schedule = Schedule::kLive;
   args.cluster = c.cluster;
+  args.block_n = c.block_n;
   if (c.cluster == GemmCluster::kPairM) {  // the variant asked for is the one that runs
     const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
     EXPECT_TRUE(info.cluster == 2 && info.pair_m) << "M-pair clusters not selected";
@@ -134,6 +136,7 @@ void run_case(const GemmCase& c, GemmRun& r) {
   // stride; both must match the padded baseline bit for bit.
   args.tile_counter = d_counter.ptr;
   const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
+  if (c.block_n) EXPECT_EQ(info.block_n, c.block_n) << "the tile width asked for is not the one that runs";
   r.dynamic = info.dynamic;
   r.live_tiles = live_tiles(p, c.n, info.block_n);
   CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
@@ -287,6 +290,24 @@ TEST(Sm90GroupedGemm, ClusterPairsMatchSingleCtas) {
     check_case({256, 512, {0, 1, 129, 256, 0, 64, 385}, 1, cluster});  // 128 wide
     check_case({7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}, 1, cluster});   // decode: one M tile per expert
   }
+}
+
+// 256-wide tiles (N a multiple of 256): each warpgroup computes its 64 rows as four 64-column
+// quarters, two wgmma groups in flight, with a 3-stage ring and a 64 KB staging tile. Prefill-like
+// experts, an expert of one row and ones ending on and just past a tile boundary, a decode-like
+// routing and the Qwen3-30B GEMM shapes: equal to the reference and bit-identical to the padded
+// baseline (128 wide).
+TEST(Sm90GroupedGemm, WideTilesMatchPadded) {
+  FP8MOE_REQUIRE_SM90();
+  check_case({4096, 1024, {700, 1, 650, 0}, 4, GemmCluster::kAuto, 256});
+  check_case({7168, 512, {600, 128, 129, 64, 0, 16}, 2, GemmCluster::kAuto, 256});
+  check_case({512, 384, {1100, 5, 256, 257}, 1, GemmCluster::kAuto, 256});
+  check_case({7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}, 1, GemmCluster::kAuto, 256});
+  std::vector<int32_t> counts(128);
+  std::mt19937 rng(11);
+  for (auto& v : counts) v = static_cast<int32_t>(rng() % 300);
+  check_case({1536, 2048, counts, 1, GemmCluster::kAuto, 256});
+  check_case({2048, 768, counts, 1, GemmCluster::kAuto, 256});
 }
 
 TEST(Sm90GroupedGemm, Qwen3_30B_Shapes) {  // E=128, H=2048, I=768
