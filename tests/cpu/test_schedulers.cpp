@@ -151,6 +151,7 @@ TEST(LiveTileScheduler, EveryLiveTileOnceNothingPastTheEnd) {
   check_shapes<128, 128, false>(rng);
   check_shapes<128, 192, true>(rng);
   check_shapes<128, 192, false>(rng);
+  check_shapes<128, 256, true>(rng);  // the 256-wide prefill kernel (with the lookup table)
 }
 
 // The 192-wide single CTAs' tall tiles: the same walk, the same coverage.
