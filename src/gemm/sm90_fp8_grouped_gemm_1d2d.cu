@@ -122,17 +122,16 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
 
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
+  // 256-wide tiles run as single CTAs on N a multiple of 256 (no partial tile, no straddled
+  // B-scale block).
+  const bool can_256 = a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle;
   const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
-  // 256-wide tiles: single CTAs, N a multiple of 256 (no partial tile, no straddled B-scale block).
-  if (forced == 256 && a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle) return 256;
+  if (forced == 256 && can_256) return 256;
   if (forced == 128 || forced == 192) return forced;
   // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
   const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
-  if (full_rows_per_expert > 192) {
-    // 256 where it computes fewer columns than 192 (no partial last tile where 192 has one), else 192.
-    const bool wide = a.n % 256 == 0 && a.n % 192 != 0 && cluster_for(a) == GemmCluster::kSingle;
-    return wide ? 256 : 192;
-  }
+  // 256 where it computes fewer columns than 192 (no partial last tile where 192 has one), else 192.
+  if (full_rows_per_expert > 192) return can_256 && a.n % 192 != 0 ? 256 : 192;
   return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
 }
 

@@ -185,15 +185,16 @@ struct Sm90GemmConfig {
   // kScalesInRing, the B scale's cp.async.
   static constexpr int kFullArrivals = kScalesInRing ? 2 : 1;
   // The epilogue's staging tile per math warpgroup: 64 rows x 64 BF16 columns, reused for each
-  // 64-column half; the 192-wide (prefill) kernel stages all of its 192 columns for its TMA stores.
+  // 64-column half; the 192- and 256-wide (prefill) kernels stage all their columns for their TMA
+  // stores.
   static constexpr bool kBulkStore = kBlockN >= 192;
   static constexpr int kDBytes = 64 * (kBulkStore ? kBlockN : 64) * 2;
   // The live scheduler's tables: ends[] and the tile prefix, kMaxExperts entries each, and (192
-  // wide: prefill-sized GEMMs) the tile lookup table.
+  // and 256 wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   static constexpr bool kTileLut = kBlockN >= 192;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
-  // then, 192 wide, that tile resolved (expert, first row, first column, row end, tall: kStages x
+  // then, 192 and 256 wide, that tile resolved (expert, first row, first column, row end, tall: kStages x
   // kTileInfoInts ints), so that the math warpgroups do not run the scheduler's get() at each tile
   // change.
   static constexpr bool kTileInfoSlots = kBlockN >= 192;
@@ -627,15 +628,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         // the ring; the 192-wide (prefill) kernel keeps A(kb+1) queued behind B(kb) instead.
         constexpr bool kReleaseFirst = kBlockN == 128;
         // One wgmma group over the stage's 128-K block: acc (64 x N, N = 2 x its size) (+)= the
-        // 64 A rows at a_tile x the N B rows at b_tile.
-        auto issue_group = [&](auto& acc, const uint8_t* a_tile, const uint8_t* b_tile) {
+        // 64 A rows at descriptor desc_a x the N B rows at desc_b (issue_group: at tile pointers).
+        auto issue_group_desc = [&](auto& acc, uint64_t desc_a, uint64_t desc_b) {
           constexpr int kAcc = sizeof(acc) / sizeof(float);
           using Mma = ptx::WgmmaE4M3<2 * kAcc>;
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
           ptx::wgmma_fence();
-          const uint64_t desc_a = ptx::smem_desc_k_major_sw128(a_tile);
-          const uint64_t desc_b = ptx::smem_desc_k_major_sw128(b_tile);
 #pragma unroll
           for (int k = 0; k < Cfg::kBlockK / 32; ++k) {
             // +32 bytes along K inside the 128-byte swizzle atom = +2 in the descriptor's address field
@@ -644,6 +643,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           ptx::wgmma_commit();
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+        };
+        auto issue_group = [&](auto& acc, const uint8_t* a_tile, const uint8_t* b_tile) {
+          issue_group_desc(acc, ptx::smem_desc_k_major_sw128(a_tile), ptx::smem_desc_k_major_sw128(b_tile));
         };
         // Column half `half` of this warpgroup's rows (A at a_offset in the stage).
         auto issue = [&](float(&acc)[Half::kAccum], int half, uint32_t a_offset) {
@@ -774,16 +776,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             desc_b = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
           };
           auto issue_q = [&](float(&acc)[Quarter::kAccum], int q) {
-#pragma unroll
-            for (int i = 0; i < Quarter::kAccum; ++i) ptx::fence_operand(acc[i]);
-            ptx::wgmma_fence();
-            const uint64_t desc_bq = ptx::smem_desc_advance(desc_b, 512 * q);
-#pragma unroll
-            for (int k = 0; k < Cfg::kBlockK / 32; ++k)
-              Quarter::mma(acc, ptx::smem_desc_advance(desc_a, 2 * k), ptx::smem_desc_advance(desc_bq, 2 * k), k > 0);
-            ptx::wgmma_commit();
-#pragma unroll
-            for (int i = 0; i < Quarter::kAccum; ++i) ptx::fence_operand(acc[i]);
+            issue_group_desc(acc, desc_a, ptx::smem_desc_advance(desc_b, 512 * q));
           };
           auto done = [&](float(&acc)[Quarter::kAccum]) {
 #pragma unroll
