@@ -1,6 +1,8 @@
 // The one place where run() turns into kernel launches (SPEC section 2, in order):
 //   input quantization + permutation (src/kernels), GEMM1 (src/gemm), activation + quantization
-//   (src/kernels), GEMM2 (src/gemm), unpermute + reduce (src/kernels).
+//   (src/kernels), GEMM2 (src/gemm), unpermute + reduce (src/kernels). At prefill capacities the
+//   live schedule's GEMM1 does the activation + quantization in its epilogue instead (the same A2
+//   bits, no Y1 written: gemm::GroupedGemmArgs::fused_act), and act_quant is not launched.
 // A fixed sequence of launches whose grids depend only on the configuration: no host sync, no
 // allocation, so the whole call can be captured in a CUDA graph and replayed with new routing.
 #include <cuda_runtime.h>
@@ -98,8 +100,17 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
     perm.w13_rows = g.n;
     perm.w13 = perm.warm_rows > 0 ? g.b : nullptr;
   }
+  // The activation epilogue: SM90's scale formats only (the GEMM's A-scale layouts).
+  gemm::FusedActQuant fused;
+  fused.a2 = at<uint8_t>(args, layout.a2);
+  fused.a2_scale = at<float>(args, layout.a2_scale);
+  fused.act = act_params(config);
+  fused.pow2 = format == fp8moe::layout::ScaleFormat::kFp32Pow2;
+  if (format != fp8moe::layout::ScaleFormat::kUe8m0Packed) g.fused_act = &fused;
+  const bool fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(g);
   if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
+  g.fused_act = nullptr;
 
   kernels::ActQuantParams act;
   act.m_cap = layout.m_cap;
@@ -113,10 +124,11 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.y1 = g.d;
   act.a2 = at<uint8_t>(args, layout.a2);
   act.a2_scale = at<void>(args, layout.a2_scale);
-  bool leave_out_act = false;
+  bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    leave_out_act = cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone;
+    leave_out_act = leave_out_act || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+                    capture != cudaStreamCaptureStatusNone;
   }
   if (!leave_out_act)
     if (Status s = check(kernels::launch_act_quant(act, stream), "activation+quantization"); s != Status::kSuccess)

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "layout/layout.cuh"
+#include "numerics/numerics.cuh"
 
 namespace fp8moe::gemm {
 
@@ -16,6 +17,15 @@ namespace fp8moe::gemm {
 // means single CTAs unless FP8MOE_GEMM_CLUSTER=2 (pairs along N, sharing A) or =2m (pairs along M,
 // sharing B; live schedule only) is set).
 enum class GemmCluster : int { kAuto = 0, kSingle = 1, kPairN = 2, kPairM = 3 };
+
+// GEMM1's activation + quantization (SPEC section 2, step 4) done in its epilogue: A2 and its
+// scales instead of D, the same bits as kernels::launch_act_quant writes from D (live rows only).
+struct FusedActQuant {
+  uint8_t* a2 = nullptr;      // FP8 E4M3 [m_cap, n / 2]
+  float* a2_scale = nullptr;  // FP32 [n / 256, m_pad] (MN-major)
+  num::ActParams act;
+  bool pow2 = false;          // scales rounded up to powers of two (fp32_pow2)
+};
 
 struct GroupedGemmArgs {
   const uint8_t* a = nullptr;     // FP8 E4M3 [m_cap, k]
@@ -45,6 +55,11 @@ struct GroupedGemmArgs {
   // The live schedule's tile width: 0 the rule (or FP8MOE_GEMM_BLOCK_N); 128, 192 or 256 (single
   // CTAs, N a multiple of 256; otherwise the rule) force it.
   int block_n = 0;
+  // GEMM1 (n = 2I: gate rows, then up rows) may take the activation into its epilogue: where
+  // sm90_fp8_grouped_gemm_1d2d_fuses_act() says so, the kernel writes fused_act's A2 and scales
+  // and no D. Only the live schedule with single CTAs at 256 columns (128 gate + 128 up) fuses:
+  // prefill capacities, or block_n = 256 forced; FP8MOE_FUSED_ACT=0 turns it off.
+  const FusedActQuant* fused_act = nullptr;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math
@@ -60,8 +75,11 @@ struct GemmLaunchInfo {
   int block_n = 0;  // 0: 128 or 192, chosen on the device from the live rows (stages likewise)
   bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
   bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
+  bool fused_act = false;  // the activation + quantization epilogue (GroupedGemmArgs::fused_act)
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
+// Whether sm90_fp8_grouped_gemm_1d2d(args) writes A2 (args.fused_act) instead of D.
+bool sm90_fp8_grouped_gemm_1d2d_fuses_act(const GroupedGemmArgs& args);
 // The weight rows the live kernel's first wave of tiles streams when no touched expert has more
 // than 128 live rows (decode): every CTA starts on one 128-wide tile, tile ids run expert by
 // expert and column block by column block, so these are the first rows of the touched experts'

@@ -77,9 +77,10 @@ struct KernelLauncher {
   static GemmLaunchInfo info() { return {grid(), kCluster, kStages, kBlockN, kPairM}; }
 };
 
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
-using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM>,
-                                Sm90GemmConfig<kBlockN, kStages>::kSmemBytes, kBlockN, kStages, kCluster, kPairM>;
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false, bool kFusedAct = false>
+using Launcher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_kernel<kBlockN, kStages, kCluster, kLive, kPairM, kFusedAct>,
+                                Sm90GemmConfig<kBlockN, kStages, false, kFusedAct>::kSmemBytes, kBlockN, kStages,
+                                kCluster, kPairM>;
 
 constexpr int kAutoSmemBytes =
     std::max(Sm90GemmConfig<128, sm90_stages_for(128)>::kSmemBytes,
@@ -94,7 +95,8 @@ using AutoLauncher = KernelLauncher<sm90_fp8_grouped_gemm_1d2d_auto_kernel, kAut
 //     than 192 rows: prefill capacities, compute tiles): 256 where N is a multiple of 256 but not
 //     of 192, so that 192 would compute a partial last tile (seed GEMM1 4096 = 21.3 x 192, GEMM2
 //     7168, Qwen3 GEMM2 2048 and 4096: pipeline seed 4096/4096 -2.5..-3.8%, GEMM2s -3%), else 192
-//     (Qwen3 GEMM1 1536 and 3072: 256 measured 0..+3% there; perf notes v37);
+//     (Qwen3 GEMM1 1536 and 3072: 256 measured 0..+3% there; perf notes v37); GEMM1 with its
+//     activation epilogue (fuse_act) always 256;
 //   - below that the live rows decide, on the device (sm90_fp8_grouped_gemm_1d2d_auto_kernel,
 //     sched::wide_tiles; block_n_for() returns 0): 192 when the touched experts average more than
 //     one M-tile (512/512: -5% end to end), 128 at decode sizes (weight streaming, where 192's
@@ -120,18 +122,33 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
   return c == GemmCluster::kPairM && a.schedule != layout::Schedule::kLive ? GemmCluster::kSingle : c;
 }
 
+// M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
+int64_t full_rows_per_expert(const GroupedGemmArgs& a) { return (a.m_cap - 127LL * a.num_experts) / a.num_experts; }
+
+// GEMM1's activation epilogue (GroupedGemmArgs::fused_act): at prefill capacities (where the host
+// fixes the width; 256 columns then, also where N is a multiple of 192), or where 256 is forced,
+// for the live schedule with single CTAs. What it saves is Y1's write and read and act_quant's
+// launch; the activation's instructions stay, beside the math (pipeline at 4096/4096: seed -1.5%,
+// Qwen3-235B -5%, Qwen3-30B -0.5%; perf notes v38).
+bool fuse_act(const GroupedGemmArgs& a) {
+  if (a.fused_act == nullptr || knobs::fused_act_off() || a.schedule != layout::Schedule::kLive ||
+      cluster_for(a) != GemmCluster::kSingle || a.n % 256 != 0)
+    return false;
+  const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
+  return forced == 256 || (forced == 0 && full_rows_per_expert(a) > 192);
+}
+
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
+  if (fuse_act(a)) return 256;
   // 256-wide tiles run as single CTAs on N a multiple of 256 (no partial tile, no straddled
   // B-scale block).
   const bool can_256 = a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle;
   const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
   if (forced == 256 && can_256) return 256;
   if (forced == 128 || forced == 192) return forced;
-  // M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
-  const int64_t full_rows_per_expert = (a.m_cap - 127LL * a.num_experts) / a.num_experts;
   // 256 where it computes fewer columns than 192 (no partial last tile where 192 has one), else 192.
-  if (full_rows_per_expert > 192) return can_256 && a.n % 192 != 0 ? 256 : 192;
+  if (full_rows_per_expert(a) > 192) return can_256 && a.n % 192 != 0 ? 256 : 192;
   return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
 }
 
@@ -149,7 +166,10 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
   const bool live = a.schedule == layout::Schedule::kLive;
   const int block_n = block_n_for(a);
   if (block_n == 0) return f(AutoLauncher{});  // live, single CTAs
-  if (block_n == 256) return f(Launcher<256, sm90_stages_for(256), 1, true>{});  // live, single CTAs
+  if (block_n == 256) {  // live, single CTAs
+    constexpr int kS = sm90_stages_for(256);
+    return fuse_act(a) ? f(Launcher<256, kS, 1, true, false, true>{}) : f(Launcher<256, kS, 1, true>{});
+  }
   if (block_n == 192) {  // live only
     constexpr int kN = 192, kS = sm90_stages_for(192);
     if (cluster == GemmCluster::kPairM) return f(Launcher<kN, kS, 2, true, true>{});
@@ -168,8 +188,11 @@ auto dispatch(const GroupedGemmArgs& a, F&& f) {
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
   GemmLaunchInfo info = dispatch(a, [](auto launcher) { return decltype(launcher)::info(); });
   info.dynamic = tile_counter_for(a) != nullptr;
+  info.fused_act = fuse_act(a);
   return info;
 }
+
+bool sm90_fp8_grouped_gemm_1d2d_fuses_act(const GroupedGemmArgs& a) { return fuse_act(a); }
 
 int sm90_fp8_grouped_gemm_1d2d_first_wave_rows(const GroupedGemmArgs& a) {
   return sm90_fp8_grouped_gemm_1d2d_info(a).ctas * 128;  // the decode body's width (block_n_for)
@@ -179,6 +202,8 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   if (a.n % 128 || a.k % 128 || a.m_cap % 128 || a.m_pad % 4 || a.m_pad < a.m_cap || a.num_experts < 1 ||
       a.num_experts > sched::kMaxLiveExperts)
     return cudaErrorInvalidValue;
+  const bool fused = fuse_act(a);
+  if (fused && (a.fused_act->a2 == nullptr || a.fused_act->a2_scale == nullptr)) return cudaErrorInvalidValue;
   Sm90GemmParams p{};
   bool ok = true;
   for (int i = 0; i < 3; ++i)
@@ -189,7 +214,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   // ceiling instead of 89% (fp8moe-tma-stream on the H200, docs/perf-notes.md v15).
   constexpr auto kPromoteB = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   for (const int box : {128, 192, 256}) {  // (256: only where that width can run)
-    if (box == 256 && block_n_for(a) != 256) continue;
+    if (box == 256 && (block_n_for(a) != 256 || fused)) continue;  // (fused: two 128-row boxes)
     ok = ok && encode_2d(&p.map_b[b_map_index(box)], CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.b,
                          static_cast<uint64_t>(a.num_experts) * a.n, a.k, box, 128, CU_TENSOR_MAP_SWIZZLE_128B,
                          kPromoteB);
@@ -213,6 +238,13 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   p.n = a.n;
   p.k = a.k;
   p.num_experts = a.num_experts;
+  if (fused) {
+    p.a2 = a.fused_act->a2;
+    p.a2_scale = a.fused_act->a2_scale;
+    p.m_pad = a.m_pad;
+    p.act = a.fused_act->act;
+    p.a2_pow2 = a.fused_act->pow2 ? 1 : 0;
+  }
   return dispatch(a, [&](auto launcher) { return decltype(launcher)::launch(p, stream, a.dependent_launch); });
 }
 

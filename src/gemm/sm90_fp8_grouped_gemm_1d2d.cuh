@@ -20,6 +20,10 @@
 //     otherwise each 64-column half is copied out with coalesced 16-byte stores by the warpgroup's
 //     threads. A warpgroup with no live row stores nothing, and live tiles store only their live
 //     rows (padded tiles store all 128).
+//   GEMM1's activation epilogue (kFusedAct, the 256-wide live kernel at prefill capacities): the
+//     tile's 256 columns are 128 gate and the matching 128 up columns; the math warpgroups stage
+//     their BF16 values and the producer warpgroup's three idle warps turn them into A2 rows and
+//     scales (act_quant's bits) while the math goes on to the next tile; no D is written.
 //   Tall tiles (the auto-width kernel's 192-wide body, sched::tall_expert): all rows of an expert
 //   with 129..192 x 128 columns in one tile, so that the few rows past 128 do not stream the
 //   expert's weights a second time. Warpgroup w computes its 64 rows x 128 columns and rows
@@ -52,7 +56,9 @@
 #include <type_traits>
 
 #include "gemm/grouped_gemm.hpp"
+#include "kernels/common.cuh"
 #include "layout/layout.cuh"
+#include "numerics/numerics.cuh"
 #include "ptx/ptx.cuh"
 #include "schedulers/grouped_tiles.cuh"
 
@@ -117,6 +123,13 @@ struct Sm90GemmParams {
   int n, k, num_experts;
   CUtensorMap map_b_half;  // as map_b with box BN/2 x 128 (kPairM clusters)
   CUtensorMap map_d;       // d, box 64 x 64 (128 bytes), 128-byte swizzle: the 192-wide epilogue's stores
+  // The activation + quantization epilogue (kFusedAct kernels, GEMM1 only; see sm90_gemm_body):
+  // A2 FP8 [m_cap, n / 2] and its FP32 scales at g * m_pad + r (fp32 or, a2_pow2, fp32_pow2).
+  uint8_t* a2;
+  float* a2_scale;
+  int64_t m_pad;
+  num::ActParams act;
+  int a2_pow2;
 };
 
 #if FP8MOE_GEMM_TRACE
@@ -158,8 +171,9 @@ __host__ __device__ constexpr int sm90_stages_for(int block_n) { return block_n 
 // The index of the B tensor map (Sm90GemmParams::map_b) whose box is block_n rows.
 __host__ __device__ constexpr int b_map_index(int block_n) { return block_n == 128 ? 0 : block_n == 192 ? 1 : 2; }
 
-// kTall: the layout with room for tall tiles (the auto-width kernel's 192-wide body).
-template <int kBlockN, int kStages, bool kTall = false>
+// kTall: the layout with room for tall tiles (the auto-width kernel's 192-wide body); kFused: with
+// the hand-over of the activation epilogue (kFusedAct).
+template <int kBlockN, int kStages, bool kTall = false, bool kFused = false>
 struct Sm90GemmConfig {
   static constexpr int kBlockM = 128;
   static constexpr int kBlockK = 128;
@@ -214,7 +228,13 @@ struct Sm90GemmConfig {
   static constexpr int kTileEndOffset = kEndsOffset + kMaxExperts * 4;
   static constexpr int kTileIdOffset = kTileEndOffset + (kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4;
   static constexpr int kTileInfoOffset = kTileIdOffset + kStages * 4;
-  static constexpr int kLayoutBytes = kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0);
+  // kFused: the `staged` and `freed` barriers of the activation epilogue's hand-over, the tile it
+  // is handed (first row, live rows, A2 group) and, at the end, the number of tiles handed over.
+  static constexpr int kFusedOffset = (kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0) + 7) / 8 * 8;
+  static constexpr int kFusedInfoInts = 4;
+  static constexpr int kLayoutBytes =
+      kFused ? kFusedOffset + 2 * 8 + kFusedInfoInts * 4
+             : kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0);
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   static constexpr int kSmemBytes = kLayoutBytes + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256, "tile widths with at most two B-scale blocks");
@@ -222,6 +242,7 @@ struct Sm90GemmConfig {
   static_assert(kBOffset % 1024 == 0 && kDOffset % 1024 == 0, "swizzled tiles start on 1024 bytes");
   static_assert(!kTall || (kBlockN == 192 && kTallA3Offset + 64 * kBlockK <= kBBytes),
                 "tall tiles: the 192-wide ring, whose B stage holds a tall tile's rows 128..191");
+  static_assert(!kFused || (kBlockN == 256 && !kTall), "the activation epilogue: 128 gate + 128 up columns");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -236,16 +257,70 @@ __device__ __forceinline__ int first_tile_id() { return static_cast<int>(blockId
 template <int kCluster>
 __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.x) / kCluster; }
 
+// The activation + quantization epilogue of a kFusedAct kernel's idle producer warps (warps 9-11):
+// for each tile the math warpgroups hand over (Sm90GemmConfig::kFusedOffset), the rows [0, rows)
+// of the tile's gate (staged columns 0..127) and up (128..255) BF16 values become A2 row m_row + r,
+// group `group`, and its scale: act_quant's steps (kernels/common.cuh: activate_lane_fast with
+// activate_lane_exact as its fallback, quantize_lane), one 128-value group per 8 lanes, so the
+// codes and scales are act_quant's bits. Rows past `rows` (an expert's gap) are never written.
+template <num::ActKind kKind, bool kPow2, int kDBytes>
+__device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, const uint8_t* staged, int m_row, int rows,
+                                                    int group, int warp, int lane) {
+  namespace kd = kernels::detail;
+  const int inter = p.n / 2;
+  for (int r0 = 4 * warp; r0 < rows; r0 += 12) {  // 3 warps x 4 rows (warp-uniform: quantize_lane shuffles)
+    const int r = r0 + lane / 8;
+    const bool active = r < rows;
+    // The lane's 16 values are 16-byte chunks c, c + 1 of the row's 128 gate (or up) columns: 64-column
+    // block c / 8 of the warpgroup's staging tile (128-byte rows, 128-byte swizzle).
+    const int rr = r % 64, c = 2 * (lane % 8);
+    const uint8_t* row_base = staged + (r / 64 % 2) * kDBytes + (c / 8) * 8192 + rr * 128;
+    const uint8_t* g0 = row_base + (((c % 8) ^ (rr % 8)) << 4);
+    const uint8_t* g1 = row_base + (((c % 8 + 1) ^ (rr % 8)) << 4);
+    auto load = [&](uint32_t(&gw)[8], uint32_t(&uw)[8]) {
+      const uint4 z = make_uint4(0, 0, 0, 0);
+      const uint4 a = active ? *reinterpret_cast<const uint4*>(g0) : z;
+      const uint4 b = active ? *reinterpret_cast<const uint4*>(g1) : z;
+      const uint4 ua = active ? *reinterpret_cast<const uint4*>(g0 + 2 * 8192) : z;
+      const uint4 ub = active ? *reinterpret_cast<const uint4*>(g1 + 2 * 8192) : z;
+      gw[0] = a.x, gw[1] = a.y, gw[2] = a.z, gw[3] = a.w, gw[4] = b.x, gw[5] = b.y, gw[6] = b.z, gw[7] = b.w;
+      uw[0] = ua.x, uw[1] = ua.y, uw[2] = ua.z, uw[3] = ua.w, uw[4] = ub.x, uw[5] = ub.y, uw[6] = ub.z, uw[7] = ub.w;
+    };
+    uint32_t gw[8], uw[8], aw[8];
+    load(gw, uw);
+    if (!kd::activate_lane_fast<kKind>(gw, uw, p.act, aw)) {  // rare, divergent: reload, exact path
+      load(gw, uw);
+      kd::activate_lane_exact(gw, uw, p.act, aw);
+    }
+    uint4 codes;
+    const float scale = kd::quantize_lane<kPow2>(aw, codes);
+    if (active) {
+      const int64_t row = static_cast<int64_t>(m_row) + r;
+      *reinterpret_cast<uint4*>(p.a2 + row * inter + group * 128 + 16 * (lane % 8)) = codes;
+      if (lane % 8 == 0) p.a2_scale[group * p.m_pad + row] = scale;
+    }
+  }
+}
+
 // The whole kernel for one tile width and kind of CTA group; the kernels below choose it.
 // ends_staged: the caller's warp 0 has already stored ends[] at Cfg::kEndsOffset (the auto-width
 // kernel), so the live scheduler's tables are built from there without loading it again.
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM, bool kTallTiles = false>
+// kFusedAct (GEMM1, 256 wide, live single CTAs): SPEC section 2's step 4 in the epilogue. Tile
+// column block c holds gate columns [128c, 128c + 128) and up columns [I + 128c, +128) (two 128-row
+// B boxes, their two B-scale blocks); the math warpgroups stage the tile's BF16 values (Y1's bits)
+// in their staging tiles and hand them to the producer warpgroup's three idle warps
+// (sm90_act_quant_rows), which write A2 and its scales while the math goes on to the next tile.
+// No Y1 is written.
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM, bool kTallTiles = false,
+          bool kFusedAct = false>
 __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool ends_staged = false) {
   // Tall tiles (sched::tall_expert): the 192-wide live body with single CTAs, as the auto-width
   // kernel runs it (kTallTiles; see there).
   constexpr bool kTall = kTallTiles && kBlockN == 192 && kLive && kCluster == 1 && !kPairM;
-  using Cfg = Sm90GemmConfig<kBlockN, kStages, kTall>;
-  const CUtensorMap* map_b = &p.map_b[b_map_index(kBlockN)];
+  static_assert(!kFusedAct || (kBlockN == 256 && kLive && kCluster == 1), "the activation epilogue: 256-wide live tiles");
+  using Cfg = Sm90GemmConfig<kBlockN, kStages, kTall, kFusedAct>;
+  // (kFusedAct: the gate and up blocks, 128 rows each)
+  const CUtensorMap* map_b = &p.map_b[b_map_index(kFusedAct ? 128 : kBlockN)];
   using Half = ptx::WgmmaE4M3<kBlockN / 2>;  // one of the tile's two column halves
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   static_assert(!kPairM || (kCluster == 2 && kLive), "M-pairs: 2-CTA clusters, live schedule");
@@ -274,6 +349,11 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   int32_t* smem_tile_end = reinterpret_cast<int32_t*>(smem + Cfg::kTileEndOffset);
   int32_t* smem_tile_id = reinterpret_cast<int32_t*>(smem + Cfg::kTileIdOffset);
   int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // [kStages][kTileInfoInts]
+  // kFusedAct's hand-over (computed where used: kept in registers, they cost the math warpgroups
+  // spills): staged (8 math warps arrive), freed (3 epilogue warps), the tile's info.
+  auto fused_staged = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kFusedOffset); };
+  auto fused_freed = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kFusedOffset + 8); };
+  auto fused_info = [&] { return reinterpret_cast<int32_t*>(smem + Cfg::kFusedOffset + 16); };
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
@@ -298,6 +378,11 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       ptx::mbar_init(&full[s], Cfg::kFullArrivals);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
     }
+    if constexpr (kFusedAct) {
+      ptx::mbar_init(fused_staged(), 8);
+      ptx::mbar_init(fused_freed(), 3);
+      fused_info()[3] = -1;  // the number of tiles handed over, once the math has no tile left
+    }
 #if FP8MOE_GEMM_ABLATE == 8
     ptx::mbar_init(&ablate8_idle_bar, 1);
 #endif
@@ -317,7 +402,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 
   if (warpgroup == 2) {
     // ---------------- producer ----------------
-    ptx::setmaxnreg_dec<40>();
+    ptx::setmaxnreg_dec<kFusedAct ? 56 : 40>();
     if (threadIdx.x == 256) {
       int stage = 0;
       uint32_t phase = 0;
@@ -347,6 +432,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         return (Cfg::kBlockM + a_box_rows(box3)) * Cfg::kBlockK + 2 * Cfg::kSfaBoxBytes +
                sched::kTallBlockN * Cfg::kBlockK;
       };
+      // kFusedAct: B's gate block (rows n_col / 2.. of the expert's N) and its up block (n / 2 further)
+      // into the stage's two 128-row halves.
+      auto load_b_fused = [&](int s, int kb, int expert, int n_col) {
+        const int32_t row = expert * p.n + n_col / 2;
+        ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, map_b, &full[s], kb * Cfg::kBlockK, row);
+        ptx::tma_load_2d(smem_b + s * Cfg::kBBytes + 128 * Cfg::kBlockK, map_b, &full[s], kb * Cfg::kBlockK, row + p.n / 2);
+      };
       auto load_tall_rows = [&](int s, int kb, int m_row, int box3) {
         ptx::tma_load_2d_hint(smem_b + s * Cfg::kBBytes + Cfg::kTallA3Offset, &p.map_a[box3], &full[s],
                               kb * Cfg::kBlockK, m_row + Cfg::kBlockM, pol_a);
@@ -371,8 +463,11 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           for (int s = 0; s < kb_first; ++s) {
             load_sb(s, sb_first, s);
             ptx::mbar_arrive_expect_tx(&full[s], tall ? tall_stage_bytes(box3) : stage_bytes_for(box, true));
-            ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, tall ? &p.map_b[0] : map_b, &full[s], s * Cfg::kBlockK,
-                             t0.expert * p.n + t0.n_col);
+            if constexpr (kFusedAct)
+              load_b_fused(s, s, t0.expert, t0.n_col);
+            else
+              ptx::tma_load_2d(smem_b + s * Cfg::kBBytes, tall ? &p.map_b[0] : map_b, &full[s], s * Cfg::kBlockK,
+                               t0.expert * p.n + t0.n_col);
 #if FP8MOE_GEMM_TRACE
             trace_request(requests, s == 0);
 #endif
@@ -457,7 +552,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               else if (rank == 0)  // a small (decode) box: CTA 0 multicasts all of it
                 ptx::tma_load_2d_multicast(smem_a + stage * Cfg::kABytes, map_a, &full[stage], kb * Cfg::kBlockK,
                                            t.m_row, (1u << kCluster) - 1);
-              ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b_tile, &full[stage], kb * Cfg::kBlockK, b_row);
+              if constexpr (kFusedAct)
+                load_b_fused(stage, kb, t.expert, t.n_col);
+              else
+                ptx::tma_load_2d(smem_b + stage * Cfg::kBBytes, map_b_tile, &full[stage], kb * Cfg::kBlockK, b_row);
               ptx::tma_load_2d(smem_sfa + stage * Cfg::kSfaRows, &p.map_sfa, &full[stage], t.m_row, kb);
               if constexpr (kTallTile) load_tall_rows(stage, kb, t.m_row, box3);
             }
@@ -491,6 +589,35 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if constexpr (Cfg::kTileInfoSlots) smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
         ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
+    } else if (kFusedAct && threadIdx.x >= 288) {  // the activation epilogue's three warps
+      if constexpr (kFusedAct) {
+        const int warp = (threadIdx.x - 288) / 32, lane = threadIdx.x % 32;
+        const bool silu = p.act.kind == num::ActKind::kSilu;
+        // Tile `tile` is there once `staged` completes its phase; there is none once the math has
+        // published the number of tiles it handed over and that number is `tile`.
+        auto wait_tile = [&](int tile) {
+          const volatile int32_t* handed = fused_info() + 3;
+          for (uint32_t polls = 0; !ptx::mbar_try_wait(fused_staged(), static_cast<uint32_t>(tile) & 1u);) {
+            if (*handed == tile) return false;
+            if (++polls == (1u << 28)) __trap();  // (as ptx::mbar_wait)
+          }
+          return true;
+        };
+        for (int tile = 0; wait_tile(tile); ++tile) {
+          const int m_row = fused_info()[0], live_rows = fused_info()[1], group = fused_info()[2];
+          const int rows = live_rows < Cfg::kBlockM ? live_rows : Cfg::kBlockM;
+          if (silu && !p.a2_pow2)
+            sm90_act_quant_rows<num::ActKind::kSilu, false, Cfg::kDBytes>(p, smem_d, m_row, rows, group, warp, lane);
+          else if (silu)
+            sm90_act_quant_rows<num::ActKind::kSilu, true, Cfg::kDBytes>(p, smem_d, m_row, rows, group, warp, lane);
+          else if (!p.a2_pow2)
+            sm90_act_quant_rows<num::ActKind::kSwigluOai, false, Cfg::kDBytes>(p, smem_d, m_row, rows, group, warp, lane);
+          else
+            sm90_act_quant_rows<num::ActKind::kSwigluOai, true, Cfg::kDBytes>(p, smem_d, m_row, rows, group, warp, lane);
+          __syncwarp();
+          if (lane == 0) ptx::mbar_arrive(fused_freed());
+        }
+      }
     } else if (FP8MOE_GEMM_ABLATE == 8 && threadIdx.x == 288) {  // the ring's stand-in consumer
       int stage = 0;
       uint32_t phase = 0;
@@ -515,7 +642,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     }
   } else {
     // ---------------- math ----------------
-    ptx::setmaxnreg_inc<232>();
+    ptx::setmaxnreg_inc<kFusedAct ? 224 : 232>();
     const int warp = (threadIdx.x % 128) / 32;
     const int lane = threadIdx.x % 32;
     const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4;  // and row_in_tile + 8
@@ -580,6 +707,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       }
       return scheduler.get(id, t);
     };
+    [[maybe_unused]] uint32_t fused_tiles = 0;  // tiles handed to the activation epilogue
     for (int id = first_tile_id<kCluster>(); get_tile(id); id = next_id(id)) {
 #if FP8MOE_GEMM_TRACE
       trace_time(traced++);
@@ -612,11 +740,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         // B scales: the stage's copy (kScalesInRing), else from global memory. A 192-wide tile
         // straddles two 128-wide B-scale blocks: columns [0, split) use the first, the rest the
         // second (clamped: past N they feed only columns that are never stored).
-        const int n128 = t.n_col / 128;
+        // (kFusedAct: the gate block's scales, and the up block's I / 128 blocks further.)
+        const int n128 = kFusedAct ? t.n_col / 256 : t.n_col / 128;
         const int split = 128 - t.n_col % 128;  // 128 or 64
         const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
+        const int n128_hi = kFusedAct ? n128 + num_n128 / 2 : n128 + 1 < num_n128 ? n128 + 1 : n128;
         const float* sb_lo = p.b_scale + (expert_scales + n128) * kblocks(p);
-        const float* sb_hi = p.b_scale + (expert_scales + (n128 + 1 < num_n128 ? n128 + 1 : n128)) * kblocks(p);
+        const float* sb_hi = p.b_scale + (expert_scales + n128_hi) * kblocks(p);
         // The tile's columns are computed as two halves with their own accumulators, A = columns
         // [0, BN/2) and B = [BN/2, BN), each a separate wgmma group over the 128-K block, pipelined
         // so that one half runs on the tensor cores while the other is promoted:
@@ -920,7 +1050,27 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       //     stage; perf notes v17-v18);
       //   - otherwise, per 64-column half, the 128 threads copy the staged rows out with 16-byte
       //     stores (8 threads per 128-byte row segment), so no row past an expert's end is written.
-      if (kLive && !live) continue;
+      // kFusedAct: the hand-over of a tile to the activation epilogue's warps, once they have read
+      // the last one (a warp arrives on `staged` after staging its own 16 rows; warp 0 of
+      // warpgroup 0 also publishes the tile).
+      auto fused_hand_over = [&](auto stage_rows) {
+        ptx::mbar_wait(fused_freed(), (fused_tiles & 1u) ^ 1u);
+        stage_rows();
+        __syncwarp();
+        if (lane == 0) {
+          if (threadIdx.x == 0) {
+            fused_info()[0] = t.m_row;
+            fused_info()[1] = t.row_end - t.m_row;
+            fused_info()[2] = t.n_col / 256;
+          }
+          ptx::mbar_arrive(fused_staged());
+        }
+        ++fused_tiles;
+      };
+      if (kLive && !live) {  // (kFusedAct: rows past the tile's live rows; the warps never read them)
+        if constexpr (kFusedAct) fused_hand_over([] {});
+        continue;
+      }
       uint8_t* tile_d = smem_d + warpgroup * Cfg::kDBytes;
       const int row_base = col_split ? 0 : 64 * warpgroup;
       const int rows_to_store = t.row_end - t.m_row - row_base;  // >= 64 for every padded tile
@@ -950,6 +1100,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
         }
       };
+      if constexpr (kFusedAct) {  // the tile's BF16 values (Y1's bits) to the activation epilogue
+        fused_hand_over([&] {
+#pragma unroll
+          for (int h = 0; h < 4; ++h) stage_half(h, tile_d + h * 8192);
+        });
+        continue;
+      }
       // The staging tile is free once TMA has read what it was last handed (a tile ago).
       if (Cfg::kBulkStore && store_leader) ptx::bulk_wait_read<0>();
       if (Cfg::kBulkStore && rows_to_store >= 64 && FP8MOE_GEMM_ABLATE != 4) {
@@ -994,6 +1151,11 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #if FP8MOE_GEMM_TRACE
     trace_time(traced);
 #endif
+    // No tile left: the number of tiles handed over, for the epilogue's warps (wait_tile). Not as
+    // one more phase of `staged`: without a wait for `freed` first, one warpgroup's arrivals could
+    // complete a phase alone, and that wait after the loop cost the math warpgroups their register
+    // budget (ptxas then allocated the whole kernel at 168 registers and spilled the accumulators).
+    if (kFusedAct && threadIdx.x == 0) *reinterpret_cast<volatile int32_t*>(fused_info() + 3) = static_cast<int32_t>(fused_tiles);
   }
   // The epilogue's last TMA stores are done before the CTA exits.
   if (Cfg::kBulkStore && threadIdx.x < 256 && threadIdx.x % 128 == 0) ptx::bulk_wait<0>();
@@ -1002,10 +1164,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 }
 #endif
 
-template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false>
+template <int kBlockN, int kStages, int kCluster, bool kLive, bool kPairM = false, bool kFusedAct = false>
 __global__ void __launch_bounds__(kSm90GemmThreads, 1) sm90_fp8_grouped_gemm_1d2d_kernel(const __grid_constant__ Sm90GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  sm90_gemm_body<kBlockN, kStages, kCluster, kLive, kPairM>(p);
+  sm90_gemm_body<kBlockN, kStages, kCluster, kLive, kPairM, false, kFusedAct>(p);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built for another architecture: the host never launches this there
 #endif

@@ -7,6 +7,8 @@
 //   FP8MOE_GEMM_BLOCK_N=128|192|256  the live GEMMs' tile width instead of the rule (gemm/*.cu)
 //   FP8MOE_GEMM_CLUSTER=2|2n|2m  2-CTA clusters sharing A (N-pairs) or B (M-pairs) (gemm/*.cu)
 //   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
+//   FP8MOE_FUSED_ACT=0      GEMM1 writes Y1 and act_quant runs, instead of the activation in
+//                           GEMM1's epilogue at prefill capacities (gemm/*.cu, api/pipeline.cpp)
 #pragma once
 
 #include <cstdlib>
@@ -51,6 +53,10 @@ inline char gemm_cluster() {
 }
 inline bool gemm_dynamic_off() {
   static const bool off = equals("FP8MOE_GEMM_DYNAMIC", "0");
+  return off;
+}
+inline bool fused_act_off() {
+  static const bool off = equals("FP8MOE_FUSED_ACT", "0");
   return off;
 }
 

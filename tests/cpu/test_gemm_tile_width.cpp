@@ -58,6 +58,46 @@ TEST(GemmTileWidth, FollowsRowsPerExpertAtFullCapacity) {
   EXPECT_EQ(block_n(512, 8, 32, 4096, layout::Schedule::kPadded), 128);
 }
 
+// GEMM1's activation epilogue (GroupedGemmArgs::fused_act) runs where the host fixes the width
+// (prefill capacities), at 256 columns (128 gate + 128 up) even where N is a multiple of 192, or
+// where 256 is forced; not on the padded baseline, clusters, a forced 128 or 192, or the auto kernel.
+TEST(GemmTileWidth, FusedActivationAtPrefillCapacities) {
+  if (std::getenv("FP8MOE_GEMM_BLOCK_N") || std::getenv("FP8MOE_GEMM_CLUSTER") || std::getenv("FP8MOE_FUSED_ACT"))
+    GTEST_SKIP() << "FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER / FP8MOE_FUSED_ACT override the choice";
+  const gemm::FusedActQuant fused;  // (pointers unused: nothing is launched)
+  auto info = [&](int capacity, int experts, int n, layout::Schedule schedule, bool with_fused,
+                  gemm::GemmCluster cluster = gemm::GemmCluster::kSingle, int force = 0) {
+    gemm::GroupedGemmArgs a;
+    a.m_cap = layout::m_cap(capacity, 8, experts);
+    a.m_pad = layout::m_pad(a.m_cap);
+    a.n = n;
+    a.k = 2048;
+    a.num_experts = experts;
+    a.schedule = schedule;
+    a.cluster = cluster;
+    a.block_n = force;
+    a.fused_act = with_fused ? &fused : nullptr;
+    EXPECT_EQ(gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(a), gemm::sm90_fp8_grouped_gemm_1d2d_info(a).fused_act);
+    return gemm::sm90_fp8_grouped_gemm_1d2d_info(a);
+  };
+  constexpr auto kLive = layout::Schedule::kLive;
+  auto seed = info(4096, 32, 4096, kLive, true);
+  EXPECT_TRUE(seed.fused_act);
+  EXPECT_EQ(seed.block_n, 256);
+  auto qwen = info(4096, 128, 1536, kLive, true);  // 192 without the epilogue (1536 = 8 x 192)
+  EXPECT_TRUE(qwen.fused_act);
+  EXPECT_EQ(qwen.block_n, 256);
+  EXPECT_EQ(info(4096, 128, 1536, kLive, false).block_n, 192);
+  EXPECT_FALSE(info(4096, 128, 1536, kLive, false).fused_act);
+  EXPECT_FALSE(info(512, 32, 4096, kLive, true).fused_act);  // the auto kernel (decode, 512/512)
+  EXPECT_EQ(info(512, 32, 4096, kLive, true).block_n, 0);
+  EXPECT_TRUE(info(512, 32, 4096, kLive, true, gemm::GemmCluster::kSingle, 256).fused_act);  // forced
+  EXPECT_FALSE(info(4096, 32, 4096, kLive, true, gemm::GemmCluster::kSingle, 192).fused_act);
+  EXPECT_FALSE(info(4096, 32, 4096, layout::Schedule::kPadded, true).fused_act);
+  EXPECT_FALSE(info(4096, 32, 4096, kLive, true, gemm::GemmCluster::kPairN).fused_act);
+  EXPECT_FALSE(info(4096, 32, 640, kLive, true).fused_act);  // N = 2I with I = 320: not a multiple of 128
+}
+
 // The device's rule: 192 columns once the touched experts average more than one 128-row M-tile.
 TEST(GemmTileWidth, DeviceRuleFollowsLiveRows) {
   auto wide = [](const std::vector<int32_t>& counts) {

@@ -4,13 +4,16 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/gpu.hpp"
 #include "gemm/grouped_gemm.hpp"
+#include "kernels/act_quant.cuh"
 #include "layout/layout.cuh"
 #include "numerics/numerics.cuh"
 #include "reference/reference.hpp"
@@ -308,6 +311,155 @@ TEST(Sm90GroupedGemm, WideTilesMatchPadded) {
   for (auto& v : counts) v = static_cast<int32_t>(rng() % 300);
   check_case({1536, 2048, counts, 1, GemmCluster::kAuto, 256});
   check_case({2048, 768, counts, 1, GemmCluster::kAuto, 256});
+}
+
+// GEMM1 with the activation + quantization in its epilogue (GroupedGemmArgs::fused_act, 128 gate +
+// 128 up columns per 256-wide tile): A2 and its scales must be exactly what act_quant writes from
+// the unfused kernel's Y1 (the same tiles at 256 wide), for both activations and both SM90 scale
+// formats, with claimed tiles and the fixed stride; no byte of Y1 and no A2 row or scale outside
+// the live rows is written. One expert's gate weights are scaled up so that some |g| exceed
+// activate_lane_fast's range (its exact fallback) and swiglu_oai's limit clamps.
+void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
+  namespace kernels = fp8moe::kernels;
+  const int E = static_cast<int>(counts.size()), n = 2 * inter;
+  std::mt19937_64 rng(fp8moe::test::fresh_seed());
+  fp8moe::ref::Permutation p;
+  p.counts = counts;
+  p.ends.resize(E);
+  layout::ends_from_counts(p.counts.data(), E, p.ends.data());
+  p.m_cap = layout::used_rows(p.ends.data(), E) + layout::kTileM;
+  p.m_pad = layout::m_pad(p.m_cap);
+  p.row_expert.resize(p.m_cap);
+  layout::padded_row_expert(p.ends.data(), E, p.m_cap, p.row_expert.data());
+  const int64_t groups = k / 128;
+  std::uniform_real_distribution<float> scale_dist(1e-3f, 1e-2f);
+  std::vector<uint8_t> a(p.m_cap * k);
+  std::vector<float> a_scale(groups * p.m_pad);
+  for (int64_t row = 0; row < p.m_cap; ++row) {
+    const bool live_row = p.row_expert[row] >= 0;
+    for (int64_t i = 0; i < k; ++i) a[row * k + i] = live_row ? random_fp8(rng) : 0x7F;
+    for (int64_t g = 0; g < groups; ++g)
+      a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
+  }
+  std::vector<uint8_t> b(static_cast<size_t>(E) * n * k);
+  for (auto& v : b) v = random_fp8(rng);
+  std::vector<float> b_scale(static_cast<size_t>(E) * (n / 128) * groups);
+  for (auto& v : b_scale) v = scale_dist(rng);
+  for (int64_t i = 0; i < (inter / 128) * groups; ++i) b_scale[i] *= 300.0f;  // expert 0's gate blocks
+
+  DeviceBuffer<uint8_t> d_a(a.size()), d_b(b.size()), d_a2(p.m_cap * inter), d_a2_fused(p.m_cap * inter);
+  DeviceBuffer<float> d_as(a_scale.size()), d_bs(b_scale.size()), d_s2((inter / 128) * p.m_pad),
+      d_s2_fused((inter / 128) * p.m_pad);
+  DeviceBuffer<int32_t> d_ends(E), d_counter(1);
+  DeviceBuffer<uint16_t> d_y1(p.m_cap * n), d_y1_fused(p.m_cap * n);
+  d_a.upload(a);
+  d_b.upload(b);
+  d_as.upload(a_scale);
+  d_bs.upload(b_scale);
+  d_ends.upload(p.ends);
+
+  num::ActParams swiglu;
+  swiglu.kind = num::ActKind::kSwigluOai;
+  swiglu.alpha = 1.702f;
+  swiglu.beta = 1.0f;
+  swiglu.limit = 7.0f;
+  for (const num::ActParams& act : {num::ActParams{}, swiglu}) {
+    for (const bool pow2 : {false, true}) {
+      for (const bool dynamic : {true, false}) {
+        SCOPED_TRACE(std::string(act.kind == num::ActKind::kSilu ? "silu" : "swiglu_oai") + (pow2 ? ", fp32_pow2" : ", fp32") +
+                     (dynamic ? ", claimed tiles" : ", fixed stride"));
+        GroupedGemmArgs args;
+        args.a = d_a.ptr;
+        args.a_scale = d_as.ptr;
+        args.b = d_b.ptr;
+        args.b_scale = d_bs.ptr;
+        args.ends = d_ends.ptr;
+        args.m_cap = p.m_cap;
+        args.m_pad = p.m_pad;
+        args.n = n;
+        args.k = k;
+        args.num_experts = E;
+        args.schedule = Schedule::kLive;
+        args.block_n = 256;
+        args.tile_counter = dynamic ? d_counter.ptr : nullptr;
+        // Unfused: Y1, then act_quant on the live rows.
+        d_y1.poison(0xFF);
+        d_a2.poison(0xFF);
+        d_s2.poison(0xFF);
+        CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
+        args.d = d_y1.ptr;
+        ASSERT_FALSE(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(args));
+        CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
+        kernels::ActQuantParams q;
+        q.m_cap = p.m_cap;
+        q.intermediate = inter;
+        q.num_experts = E;
+        q.ends = d_ends.ptr;
+        q.act = act;
+        q.scale_format = pow2 ? layout::ScaleFormat::kFp32Pow2 : layout::ScaleFormat::kFp32;
+        q.y1 = d_y1.ptr;
+        q.a2 = d_a2.ptr;
+        q.a2_scale = d_s2.ptr;
+        CUDA_OK(kernels::launch_act_quant(q, nullptr));
+        // Fused.
+        fp8moe::gemm::FusedActQuant fused;
+        fused.a2 = d_a2_fused.ptr;
+        fused.a2_scale = d_s2_fused.ptr;
+        fused.act = act;
+        fused.pow2 = pow2;
+        d_y1_fused.poison(0x5A);
+        d_a2_fused.poison(0xFF);
+        d_s2_fused.poison(0xFF);
+        CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
+        args.d = d_y1_fused.ptr;
+        args.fused_act = &fused;
+        ASSERT_TRUE(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(args));
+        const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
+        EXPECT_TRUE(info.fused_act && info.block_n == 256);
+        CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
+        CUDA_OK(cudaDeviceSynchronize());
+
+        const auto want_a2 = d_a2.download(), got_a2 = d_a2_fused.download();
+        const auto want_s2 = d_s2.download(), got_s2 = d_s2_fused.download();
+        int64_t live_codes = 0;
+        for (int64_t row = 0; row < p.m_cap; ++row) live_codes += p.row_expert[row] >= 0;
+        ASSERT_GT(live_codes, 0);
+        int64_t bad_a2 = 0, bad_s2 = 0, gap_written = 0;
+        for (int64_t row = 0; row < p.m_cap; ++row) {
+          const bool live_row = p.row_expert[row] >= 0;
+          for (int64_t i = 0; i < inter; ++i) {
+            bad_a2 += got_a2[row * inter + i] != want_a2[row * inter + i];
+            gap_written += !live_row && got_a2[row * inter + i] != 0xFF;
+          }
+        }
+        for (size_t i = 0; i < want_s2.size(); ++i) {
+          uint32_t w, g;
+          std::memcpy(&w, &want_s2[i], 4);
+          std::memcpy(&g, &got_s2[i], 4);
+          bad_s2 += w != g;
+        }
+        EXPECT_EQ(bad_a2, 0) << "A2 codes differ from act_quant's";
+        EXPECT_EQ(bad_s2, 0) << "A2 scales differ from act_quant's (or were written outside live rows)";
+        EXPECT_EQ(gap_written, 0) << "A2 written outside live rows";
+        const auto y1 = d_y1_fused.download();
+        EXPECT_TRUE(std::all_of(y1.begin(), y1.end(), [](uint16_t v) { return v == 0x5A5A; })) << "Y1 written";
+        if (dynamic) {
+          const int64_t tiles = live_tiles(p, n, 256);
+          EXPECT_EQ(d_counter.download()[0], tiles) << "tile claims";
+        }
+      }
+    }
+  }
+}
+
+TEST(Sm90GroupedGemm, FusedActQuantMatchesActQuant) {
+  FP8MOE_REQUIRE_SM90();
+  check_fused_act(384, 512, {700, 1, 650, 0, 129, 128, 257});  // 3 groups; one row; tile boundaries
+  check_fused_act(2048, 1024, {300, 5, 64, 17});                 // the seed's I, decode-like and mid rows
+  std::vector<int32_t> counts(48);
+  std::mt19937 rng(13);
+  for (auto& v : counts) v = static_cast<int32_t>(rng() % 300);
+  check_fused_act(768, 2048, counts);  // Qwen3-30B's GEMM1 (48 of its 128 experts)
 }
 
 TEST(Sm90GroupedGemm, Qwen3_30B_Shapes) {  // E=128, H=2048, I=768

@@ -159,6 +159,13 @@ TEST(Op, PrefillShapeWithMetadataGrid) {
   check_op({600, 640, 256, 256, 16, 8}, fp8moe::ScaleFormat::kFp32, fp8moe::Activation::kSilu);
 }
 
+// At prefill capacities the live schedule's GEMM1 does the activation + quantization in its
+// epilogue (no act_quant launch); the padded arm runs act_quant: both must still agree bit for bit.
+TEST(Op, PrefillShapeFusedActivationSwigluPow2) {
+  FP8MOE_REQUIRE_SM90();
+  check_op({500, 512, 256, 384, 8, 6}, fp8moe::ScaleFormat::kFp32Pow2, fp8moe::Activation::kSwigluOai);
+}
+
 // run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
 // captured graph every kernel but the first is reached from the kernel before it through a
 // programmatic edge (none with FP8MOE_PDL=0).
@@ -180,7 +187,7 @@ void expect_programmatic_chain(cudaGraph_t graph) {
   for (cudaGraphNode_t n : nodes) kernels += is_kernel(n);
   for (size_t i = 0; i < num_edges; ++i)
     programmatic += is_kernel(from[i]) && is_kernel(to[i]) && data[i].type == cudaGraphDependencyTypeProgrammatic;
-  EXPECT_GE(kernels, 6);
+  EXPECT_GE(kernels, 5);  // 6, or 5 where GEMM1 does the activation (prefill capacities, live)
   EXPECT_EQ(programmatic, fp8moe::knobs::pdl() ? kernels - 1 : 0);
 }
 
