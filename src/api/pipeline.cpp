@@ -100,10 +100,13 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
     perm.w13_rows = g.n;
     perm.w13 = perm.warm_rows > 0 ? g.b : nullptr;
   }
-  // The activation epilogue: SM90's scale formats only (the GEMM's A-scale layouts).
+  // GEMM1's activation epilogue (where the GEMM takes it): SM90's scale formats only (the GEMM's
+  // A-scale layouts).
+  uint8_t* a2 = at<uint8_t>(args, layout.a2);
+  void* a2_scale = at<void>(args, layout.a2_scale);
   gemm::FusedActQuant fused;
-  fused.a2 = at<uint8_t>(args, layout.a2);
-  fused.a2_scale = at<float>(args, layout.a2_scale);
+  fused.a2 = a2;
+  fused.a2_scale = static_cast<float*>(a2_scale);
   fused.act = act_params(config);
   fused.pow2 = format == fp8moe::layout::ScaleFormat::kFp32Pow2;
   if (format != fp8moe::layout::ScaleFormat::kUe8m0Packed) g.fused_act = &fused;
@@ -122,8 +125,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.act = act_params(config);
   act.scale_format = format;
   act.y1 = g.d;
-  act.a2 = at<uint8_t>(args, layout.a2);
-  act.a2_scale = at<void>(args, layout.a2_scale);
+  act.a2 = a2;
+  act.a2_scale = a2_scale;
   bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

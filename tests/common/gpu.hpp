@@ -38,6 +38,15 @@ struct DeviceBuffer {
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), count(o.count) { o.ptr = nullptr, o.count = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr) cudaFree(ptr);
+      ptr = o.ptr, count = o.count;
+      o.ptr = nullptr, o.count = 0;
+    }
+    return *this;
+  }
   ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
   size_t bytes() const { return count * sizeof(T); }
   void upload(const std::vector<T>& v) { ASSERT_EQ(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }

@@ -16,8 +16,9 @@
 namespace fp8moe {
 namespace {
 
-int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedule,
-            gemm::GemmCluster cluster = gemm::GemmCluster::kSingle) {
+// A GEMM's arguments at a full capacity (nothing is launched: no pointers).
+gemm::GroupedGemmArgs args_at(int capacity, int top_k, int experts, int n, layout::Schedule schedule,
+                              gemm::GemmCluster cluster) {
   gemm::GroupedGemmArgs a;
   a.m_cap = layout::m_cap(capacity, top_k, experts);
   a.m_pad = layout::m_pad(a.m_cap);
@@ -26,7 +27,12 @@ int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedu
   a.num_experts = experts;
   a.schedule = schedule;
   a.cluster = cluster;
-  return gemm::sm90_fp8_grouped_gemm_1d2d_info(a).block_n;
+  return a;
+}
+
+int block_n(int capacity, int top_k, int experts, int n, layout::Schedule schedule,
+            gemm::GemmCluster cluster = gemm::GemmCluster::kSingle) {
+  return gemm::sm90_fp8_grouped_gemm_1d2d_info(args_at(capacity, top_k, experts, n, schedule, cluster)).block_n;
 }
 
 TEST(GemmTileWidth, FollowsRowsPerExpertAtFullCapacity) {
@@ -67,14 +73,7 @@ TEST(GemmTileWidth, FusedActivationAtPrefillCapacities) {
   const gemm::FusedActQuant fused;  // (pointers unused: nothing is launched)
   auto info = [&](int capacity, int experts, int n, layout::Schedule schedule, bool with_fused,
                   gemm::GemmCluster cluster = gemm::GemmCluster::kSingle, int force = 0) {
-    gemm::GroupedGemmArgs a;
-    a.m_cap = layout::m_cap(capacity, 8, experts);
-    a.m_pad = layout::m_pad(a.m_cap);
-    a.n = n;
-    a.k = 2048;
-    a.num_experts = experts;
-    a.schedule = schedule;
-    a.cluster = cluster;
+    gemm::GroupedGemmArgs a = args_at(capacity, 8, experts, n, schedule, cluster);
     a.block_n = force;
     a.fused_act = with_fused ? &fused : nullptr;
     EXPECT_EQ(gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(a), gemm::sm90_fp8_grouped_gemm_1d2d_info(a).fused_act);

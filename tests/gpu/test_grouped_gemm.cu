@@ -71,64 +71,94 @@ int64_t live_tiles(const fp8moe::ref::Permutation& p, int n, int block_n) {
   return tiles;
 }
 
+// Random operands of one grouped GEMM (N x K per expert, `counts` live rows per expert, then
+// `extra_tail_tiles` dead 128-row tiles), on the host and the device: A with NaN codes and scales
+// in its gap rows, B and its scales; `scale_b` may change the B scales before they are uploaded.
+struct GemmOperands {
+  fp8moe::ref::Permutation perm;
+  std::vector<uint8_t> a, b;
+  std::vector<float> a_scale, b_scale;
+  DeviceBuffer<uint8_t> d_a, d_b;
+  DeviceBuffer<float> d_as, d_bs;
+  DeviceBuffer<int32_t> d_ends, d_rows;
+
+  template <typename ScaleB>
+  GemmOperands(int n, int k, const std::vector<int32_t>& counts, int64_t extra_tail_tiles, ScaleB scale_b) {
+    const int num_experts = static_cast<int>(counts.size());
+    std::mt19937_64 rng(fp8moe::test::fresh_seed());
+    auto& p = perm;
+    p.counts = counts;
+    p.ends.resize(num_experts);
+    layout::ends_from_counts(p.counts.data(), num_experts, p.ends.data());
+    p.m_cap = layout::used_rows(p.ends.data(), num_experts) + extra_tail_tiles * layout::kTileM;
+    p.m_pad = layout::m_pad(p.m_cap);
+    p.row_expert.resize(p.m_cap);
+    layout::padded_row_expert(p.ends.data(), num_experts, p.m_cap, p.row_expert.data());
+
+    const int64_t groups = k / 128;
+    a.resize(p.m_cap * k);
+    a_scale.resize(groups * p.m_pad);
+    std::uniform_real_distribution<float> scale_dist(1e-3f, 1e-2f);
+    for (int64_t row = 0; row < p.m_cap; ++row) {
+      const bool live_row = p.row_expert[row] >= 0;
+      for (int64_t i = 0; i < k; ++i) a[row * k + i] = live_row ? random_fp8(rng) : 0x7F;  // NaN in gaps
+      for (int64_t g = 0; g < groups; ++g)
+        a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
+    }
+    b.resize(static_cast<size_t>(num_experts) * n * k);
+    for (auto& v : b) v = random_fp8(rng);
+    b_scale.resize(static_cast<size_t>(num_experts) * (n / 128) * groups);
+    for (auto& v : b_scale) v = scale_dist(rng);
+    scale_b(b_scale);
+
+    d_a = DeviceBuffer<uint8_t>(a.size());
+    d_b = DeviceBuffer<uint8_t>(b.size());
+    d_as = DeviceBuffer<float>(a_scale.size());
+    d_bs = DeviceBuffer<float>(b_scale.size());
+    d_ends = DeviceBuffer<int32_t>(num_experts);
+    d_rows = DeviceBuffer<int32_t>(p.m_cap);
+    d_a.upload(a);
+    d_b.upload(b);
+    d_as.upload(a_scale);
+    d_bs.upload(b_scale);
+    d_ends.upload(p.ends);
+    d_rows.upload(p.row_expert);
+  }
+  // Arguments of the live schedule on these operands (D, width and counter left to the caller).
+  GroupedGemmArgs live_args(int n, int k) const {
+    GroupedGemmArgs args;
+    args.a = d_a.ptr;
+    args.a_scale = d_as.ptr;
+    args.b = d_b.ptr;
+    args.b_scale = d_bs.ptr;
+    args.ends = d_ends.ptr;
+    args.row_expert = d_rows.ptr;
+    args.m_cap = perm.m_cap;
+    args.m_pad = perm.m_pad;
+    args.n = n;
+    args.k = k;
+    args.num_experts = static_cast<int>(perm.counts.size());
+    args.schedule = Schedule::kLive;
+    return args;
+  }
+};
+
 // Builds random operands for `c`, runs both schedules and the reference.
 void run_case(const GemmCase& c, GemmRun& r) {
   const int num_experts = static_cast<int>(c.counts.size());
-  std::mt19937_64 rng(fp8moe::test::fresh_seed());
-  auto& p = r.perm;
-  p.counts = c.counts;
-  p.ends.resize(num_experts);
-  layout::ends_from_counts(p.counts.data(), num_experts, p.ends.data());
-  p.m_cap = layout::used_rows(p.ends.data(), num_experts) + c.extra_tail_tiles * layout::kTileM;
-  p.m_pad = layout::m_pad(p.m_cap);
-  p.row_expert.resize(p.m_cap);
-  layout::padded_row_expert(p.ends.data(), num_experts, p.m_cap, p.row_expert.data());
-
-  const int64_t groups = c.k / 128;
-  std::vector<uint8_t> a(p.m_cap * c.k);
-  std::vector<float> a_scale(groups * p.m_pad);
-  std::uniform_real_distribution<float> scale_dist(1e-3f, 1e-2f);
-  for (int64_t row = 0; row < p.m_cap; ++row) {
-    const bool live_row = p.row_expert[row] >= 0;
-    for (int64_t i = 0; i < c.k; ++i) a[row * c.k + i] = live_row ? random_fp8(rng) : 0x7F;  // NaN in gaps
-    for (int64_t g = 0; g < groups; ++g)
-      a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
-  }
-  std::vector<uint8_t> b(static_cast<size_t>(num_experts) * c.n * c.k);
-  for (auto& v : b) v = random_fp8(rng);
-  std::vector<float> b_scale(static_cast<size_t>(num_experts) * (c.n / 128) * groups);
-  for (auto& v : b_scale) v = scale_dist(rng);
-
-  DeviceBuffer<uint8_t> d_a(a.size()), d_b(b.size());
-  DeviceBuffer<float> d_as(a_scale.size()), d_bs(b_scale.size());
-  DeviceBuffer<int32_t> d_ends(num_experts), d_rows(p.m_cap);
+  GemmOperands ops(c.n, c.k, c.counts, c.extra_tail_tiles, [](std::vector<float>&) {});
+  if (::testing::Test::HasFatalFailure()) return;
+  r.perm = ops.perm;
+  const auto& p = r.perm;
   DeviceBuffer<uint16_t> d_live(p.m_cap * c.n), d_fixed(p.m_cap * c.n), d_padded(p.m_cap * c.n);
   DeviceBuffer<int32_t> d_counter(1);
-  d_a.upload(a);
-  d_b.upload(b);
-  d_as.upload(a_scale);
-  d_bs.upload(b_scale);
-  d_ends.upload(p.ends);
-  d_rows.upload(p.row_expert);
   d_live.poison(0xFF);
   d_fixed.poison(0xFF);
   d_padded.poison(0xFF);
   CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
 
-  GroupedGemmArgs args;
-  args.a = d_a.ptr;
-  args.a_scale = d_as.ptr;
-  args.b = d_b.ptr;
-  args.b_scale = d_bs.ptr;
-  args.ends = d_ends.ptr;
-  args.row_expert = d_rows.ptr;
-  args.m_cap = p.m_cap;
-  args.m_pad = p.m_pad;
-  args.n = c.n;
-  args.k = c.k;
-  args.num_experts = num_experts;
+  GroupedGemmArgs args = ops.live_args(c.n, c.k);
   args.d = d_live.ptr;
-  args.schedule = Schedule::kLive;
   args.cluster = c.cluster;
   args.block_n = c.block_n;
   if (c.cluster == GemmCluster::kPairM) {  // the variant asked for is the one that runs
@@ -157,8 +187,8 @@ void run_case(const GemmCase& c, GemmRun& r) {
   r.claimed = d_counter.download()[0];
 
   r.expect.assign(p.m_cap * c.n, 0);
-  fp8moe::ref::grouped_gemm(p, num_experts, a.data(), a_scale.data(), layout::ScaleFormat::kFp32, b.data(),
-                            b_scale.data(), c.n, c.k, r.expect.data());
+  fp8moe::ref::grouped_gemm(p, num_experts, ops.a.data(), ops.a_scale.data(), layout::ScaleFormat::kFp32, ops.b.data(),
+                            ops.b_scale.data(), c.n, c.k, r.expect.data());
 }
 
 void check_case(const GemmCase& c) {
@@ -321,42 +351,16 @@ TEST(Sm90GroupedGemm, WideTilesMatchPadded) {
 // activate_lane_fast's range (its exact fallback) and swiglu_oai's limit clamps.
 void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
   namespace kernels = fp8moe::kernels;
-  const int E = static_cast<int>(counts.size()), n = 2 * inter;
-  std::mt19937_64 rng(fp8moe::test::fresh_seed());
-  fp8moe::ref::Permutation p;
-  p.counts = counts;
-  p.ends.resize(E);
-  layout::ends_from_counts(p.counts.data(), E, p.ends.data());
-  p.m_cap = layout::used_rows(p.ends.data(), E) + layout::kTileM;
-  p.m_pad = layout::m_pad(p.m_cap);
-  p.row_expert.resize(p.m_cap);
-  layout::padded_row_expert(p.ends.data(), E, p.m_cap, p.row_expert.data());
-  const int64_t groups = k / 128;
-  std::uniform_real_distribution<float> scale_dist(1e-3f, 1e-2f);
-  std::vector<uint8_t> a(p.m_cap * k);
-  std::vector<float> a_scale(groups * p.m_pad);
-  for (int64_t row = 0; row < p.m_cap; ++row) {
-    const bool live_row = p.row_expert[row] >= 0;
-    for (int64_t i = 0; i < k; ++i) a[row * k + i] = live_row ? random_fp8(rng) : 0x7F;
-    for (int64_t g = 0; g < groups; ++g)
-      a_scale[layout::fp32_scale_index(row, g, p.m_pad)] = live_row ? scale_dist(rng) : NAN;
-  }
-  std::vector<uint8_t> b(static_cast<size_t>(E) * n * k);
-  for (auto& v : b) v = random_fp8(rng);
-  std::vector<float> b_scale(static_cast<size_t>(E) * (n / 128) * groups);
-  for (auto& v : b_scale) v = scale_dist(rng);
-  for (int64_t i = 0; i < (inter / 128) * groups; ++i) b_scale[i] *= 300.0f;  // expert 0's gate blocks
-
-  DeviceBuffer<uint8_t> d_a(a.size()), d_b(b.size()), d_a2(p.m_cap * inter), d_a2_fused(p.m_cap * inter);
-  DeviceBuffer<float> d_as(a_scale.size()), d_bs(b_scale.size()), d_s2((inter / 128) * p.m_pad),
-      d_s2_fused((inter / 128) * p.m_pad);
-  DeviceBuffer<int32_t> d_ends(E), d_counter(1);
+  const int n = 2 * inter;
+  const GemmOperands ops(n, k, counts, 1, [&](std::vector<float>& b_scale) {
+    for (int64_t i = 0; i < (inter / 128) * (k / 128); ++i) b_scale[i] *= 300.0f;  // expert 0's gate blocks
+  });
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto& p = ops.perm;
+  DeviceBuffer<uint8_t> d_a2(p.m_cap * inter), d_a2_fused(p.m_cap * inter);
+  DeviceBuffer<float> d_s2((inter / 128) * p.m_pad), d_s2_fused((inter / 128) * p.m_pad);
+  DeviceBuffer<int32_t> d_counter(1);
   DeviceBuffer<uint16_t> d_y1(p.m_cap * n), d_y1_fused(p.m_cap * n);
-  d_a.upload(a);
-  d_b.upload(b);
-  d_as.upload(a_scale);
-  d_bs.upload(b_scale);
-  d_ends.upload(p.ends);
 
   num::ActParams swiglu;
   swiglu.kind = num::ActKind::kSwigluOai;
@@ -368,18 +372,7 @@ void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
       for (const bool dynamic : {true, false}) {
         SCOPED_TRACE(std::string(act.kind == num::ActKind::kSilu ? "silu" : "swiglu_oai") + (pow2 ? ", fp32_pow2" : ", fp32") +
                      (dynamic ? ", claimed tiles" : ", fixed stride"));
-        GroupedGemmArgs args;
-        args.a = d_a.ptr;
-        args.a_scale = d_as.ptr;
-        args.b = d_b.ptr;
-        args.b_scale = d_bs.ptr;
-        args.ends = d_ends.ptr;
-        args.m_cap = p.m_cap;
-        args.m_pad = p.m_pad;
-        args.n = n;
-        args.k = k;
-        args.num_experts = E;
-        args.schedule = Schedule::kLive;
+        GroupedGemmArgs args = ops.live_args(n, k);
         args.block_n = 256;
         args.tile_counter = dynamic ? d_counter.ptr : nullptr;
         // Unfused: Y1, then act_quant on the live rows.
@@ -393,8 +386,8 @@ void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
         kernels::ActQuantParams q;
         q.m_cap = p.m_cap;
         q.intermediate = inter;
-        q.num_experts = E;
-        q.ends = d_ends.ptr;
+        q.num_experts = static_cast<int>(counts.size());
+        q.ends = ops.d_ends.ptr;
         q.act = act;
         q.scale_format = pow2 ? layout::ScaleFormat::kFp32Pow2 : layout::ScaleFormat::kFp32;
         q.y1 = d_y1.ptr;
