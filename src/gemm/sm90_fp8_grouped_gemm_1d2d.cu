@@ -128,8 +128,8 @@ int64_t full_rows_per_expert(const GroupedGemmArgs& a) { return (a.m_cap - 127LL
 // GEMM1's activation epilogue (GroupedGemmArgs::fused_act): at prefill capacities (where the host
 // fixes the width; 256 columns then, also where N is a multiple of 192), or where 256 is forced,
 // for the live schedule with single CTAs. What it saves is Y1's write and read and act_quant's
-// launch; the activation's instructions stay, beside the math (pipeline at 4096/4096: seed -1.5%,
-// Qwen3-235B -5%, Qwen3-30B -0.5%; perf notes v38).
+// launch; the activation's instructions stay, beside the math (pipeline at 4096/4096 against
+// act_quant: seed -1.5%, Qwen3-235B ~-7%, Qwen3-30B ~-3.5%; perf notes v38).
 bool fuse_act(const GroupedGemmArgs& a) {
   if (a.fused_act == nullptr || knobs::fused_act_off() || a.schedule != layout::Schedule::kLive ||
       cluster_for(a) != GemmCluster::kSingle || a.n % 256 != 0)
