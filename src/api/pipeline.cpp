@@ -110,7 +110,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   fused.act = act_params(config);
   fused.pow2 = format == fp8moe::layout::ScaleFormat::kFp32Pow2;
   if (format != fp8moe::layout::ScaleFormat::kUe8m0Packed) g.fused_act = &fused;
-  const bool fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(g);
+  const bool fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).fused_act;
   if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
   g.fused_act = nullptr;

@@ -56,7 +56,7 @@ struct GroupedGemmArgs {
   // CTAs, N a multiple of 256; otherwise the rule) force it.
   int block_n = 0;
   // GEMM1 (n = 2I: gate rows, then up rows) may take the activation into its epilogue: where
-  // sm90_fp8_grouped_gemm_1d2d_fuses_act() says so, the kernel writes fused_act's A2 and scales
+  // sm90_fp8_grouped_gemm_1d2d_info().fused_act says so, the kernel writes fused_act's A2 and scales
   // and no D. Only the live schedule with single CTAs at 256 columns (128 gate + 128 up) fuses:
   // prefill capacities, or block_n = 256 forced; FP8MOE_FUSED_ACT=0 turns it off.
   const FusedActQuant* fused_act = nullptr;
@@ -75,11 +75,9 @@ struct GemmLaunchInfo {
   int block_n = 0;  // 0: 128 or 192, chosen on the device from the live rows (stages likewise)
   bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
   bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
-  bool fused_act = false;  // the activation + quantization epilogue (GroupedGemmArgs::fused_act)
+  bool fused_act = false;  // writes A2 (GroupedGemmArgs::fused_act) instead of D
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
-// Whether sm90_fp8_grouped_gemm_1d2d(args) writes A2 (args.fused_act) instead of D.
-bool sm90_fp8_grouped_gemm_1d2d_fuses_act(const GroupedGemmArgs& args);
 // The weight rows the live kernel's first wave of tiles streams when no touched expert has more
 // than 128 live rows (decode): every CTA starts on one 128-wide tile, tile ids run expert by
 // expert and column block by column block, so these are the first rows of the touched experts'

@@ -122,8 +122,14 @@ GemmCluster cluster_for(const GroupedGemmArgs& a) {
   return c == GemmCluster::kPairM && a.schedule != layout::Schedule::kLive ? GemmCluster::kSingle : c;
 }
 
-// M_cap holds the capacity's C*k rows plus up to 127 rows of alignment per expert (SPEC section 2).
-int64_t full_rows_per_expert(const GroupedGemmArgs& a) { return (a.m_cap - 127LL * a.num_experts) / a.num_experts; }
+// Prefill capacities: a full capacity gives an expert more than 192 rows on average (M_cap holds
+// the capacity's C*k rows plus up to 127 rows of alignment per expert, SPEC section 2).
+bool prefill_capacity(const GroupedGemmArgs& a) { return (a.m_cap - 127LL * a.num_experts) / a.num_experts > 192; }
+// The width asked for (GroupedGemmArgs::block_n, else FP8MOE_GEMM_BLOCK_N; 0: none).
+int forced_block_n(const GroupedGemmArgs& a) { return a.block_n ? a.block_n : knobs::gemm_block_n(); }
+// 256-wide tiles run as single CTAs on N a multiple of 256 (no partial tile, no straddled B-scale
+// block).
+bool can_256(const GroupedGemmArgs& a) { return a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle; }
 
 // GEMM1's activation epilogue (GroupedGemmArgs::fused_act): at prefill capacities (where the host
 // fixes the width; 256 columns then, also where N is a multiple of 192), or where 256 is forced,
@@ -131,24 +137,20 @@ int64_t full_rows_per_expert(const GroupedGemmArgs& a) { return (a.m_cap - 127LL
 // launch; the activation's instructions stay, beside the math (pipeline at 4096/4096 against
 // act_quant: seed -1.5%, Qwen3-235B ~-7%, Qwen3-30B ~-3.5%; perf notes v38).
 bool fuse_act(const GroupedGemmArgs& a) {
-  if (a.fused_act == nullptr || knobs::fused_act_off() || a.schedule != layout::Schedule::kLive ||
-      cluster_for(a) != GemmCluster::kSingle || a.n % 256 != 0)
+  if (a.fused_act == nullptr || knobs::fused_act_off() || a.schedule != layout::Schedule::kLive || !can_256(a))
     return false;
-  const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
-  return forced == 256 || (forced == 0 && full_rows_per_expert(a) > 192);
+  const int forced = forced_block_n(a);
+  return forced == 256 || (forced == 0 && prefill_capacity(a));
 }
 
 int block_n_for(const GroupedGemmArgs& a) {
   if (a.schedule == layout::Schedule::kPadded) return 128;
   if (fuse_act(a)) return 256;
-  // 256-wide tiles run as single CTAs on N a multiple of 256 (no partial tile, no straddled
-  // B-scale block).
-  const bool can_256 = a.n % 256 == 0 && cluster_for(a) == GemmCluster::kSingle;
-  const int forced = a.block_n ? a.block_n : knobs::gemm_block_n();
-  if (forced == 256 && can_256) return 256;
+  const int forced = forced_block_n(a);
+  if (forced == 256 && can_256(a)) return 256;
   if (forced == 128 || forced == 192) return forced;
   // 256 where it computes fewer columns than 192 (no partial last tile where 192 has one), else 192.
-  if (full_rows_per_expert(a) > 192) return can_256 && a.n % 192 != 0 ? 256 : 192;
+  if (prefill_capacity(a)) return can_256(a) && a.n % 192 != 0 ? 256 : 192;
   return cluster_for(a) == GemmCluster::kSingle ? 0 : 128;
 }
 
@@ -192,8 +194,6 @@ GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
   return info;
 }
 
-bool sm90_fp8_grouped_gemm_1d2d_fuses_act(const GroupedGemmArgs& a) { return fuse_act(a); }
-
 int sm90_fp8_grouped_gemm_1d2d_first_wave_rows(const GroupedGemmArgs& a) {
   return sm90_fp8_grouped_gemm_1d2d_info(a).ctas * 128;  // the decode body's width (block_n_for)
 }
@@ -226,8 +226,9 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
       encode_2d(&p.map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.a_scale, a.k / 128, a.m_pad, 1, 128,
                 CU_TENSOR_MAP_SWIZZLE_NONE);
   // D as the 192-wide epilogue's TMA stores see it: 64 x 64 BF16 boxes (128-byte rows), 128-byte swizzle.
-  ok = ok && encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64,
-                       CU_TENSOR_MAP_SWIZZLE_128B);
+  ok = ok && (fused ||  // (no D then)
+               encode_2d(&p.map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.d, a.m_cap, a.n, 64, 64,
+                         CU_TENSOR_MAP_SWIZZLE_128B));
   if (!ok) return cudaErrorInvalidValue;
   p.d = static_cast<__nv_bfloat16*>(a.d);
   p.b_scale = a.b_scale;

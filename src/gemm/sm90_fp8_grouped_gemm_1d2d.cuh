@@ -107,6 +107,11 @@ __host__ __device__ constexpr int a_box_for(int live_rows) {
   return !kLive || live_rows > a_box_rows(1) ? 0 : live_rows > a_box_rows(2) ? 1 : 2;
 }
 
+// Byte offset of 16-byte chunk c (0..7) of row r in a shared tile of 128-byte rows stored with the
+// 128-byte swizzle (TMA's layout, and the staging tiles' of the epilogue): chunk c of row r sits
+// at chunk c ^ (r % 8).
+__host__ __device__ constexpr int sw128_offset(int r, int c) { return r * 128 + ((c ^ (r % 8)) << 4); }
+
 // Threads of every variant: 2 math warpgroups + 1 producer warpgroup.
 constexpr int kSm90GemmThreads = 384;
 
@@ -274,9 +279,9 @@ __device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, con
     // The lane's 16 values are 16-byte chunks c, c + 1 of the row's 128 gate (or up) columns: 64-column
     // block c / 8 of the warpgroup's staging tile (128-byte rows, 128-byte swizzle).
     const int rr = r % 64, c = 2 * (lane % 8);
-    const uint8_t* row_base = staged + (r / 64 % 2) * kDBytes + (c / 8) * 8192 + rr * 128;
-    const uint8_t* g0 = row_base + (((c % 8) ^ (rr % 8)) << 4);
-    const uint8_t* g1 = row_base + (((c % 8 + 1) ^ (rr % 8)) << 4);
+    const uint8_t* block = staged + (r / 64 % 2) * kDBytes + (c / 8) * 8192;
+    const uint8_t* g0 = block + sw128_offset(rr, c % 8);
+    const uint8_t* g1 = block + sw128_offset(rr, c % 8 + 1);
     auto load = [&](uint32_t(&gw)[8], uint32_t(&uw)[8]) {
       const uint4 z = make_uint4(0, 0, 0, 0);
       const uint4 a = active ? *reinterpret_cast<const uint4*>(g0) : z;
@@ -297,7 +302,7 @@ __device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, con
     if (active) {
       const int64_t row = static_cast<int64_t>(m_row) + r;
       *reinterpret_cast<uint4*>(p.a2 + row * inter + group * 128 + 16 * (lane % 8)) = codes;
-      if (lane % 8 == 0) p.a2_scale[group * p.m_pad + row] = scale;
+      if (lane % 8 == 0) p.a2_scale[layout::fp32_scale_index(row, group, p.m_pad)] = scale;
     }
   }
 }
@@ -373,7 +378,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     for (int i = 0; i < 3; ++i) ptx::prefetch_tensormap(&p.map_a[i]);
     ptx::prefetch_tensormap(kPairM ? &p.map_b_half : map_b);
     ptx::prefetch_tensormap(&p.map_sfa);
-    if (Cfg::kBulkStore) ptx::prefetch_tensormap(&p.map_d);
+    if (Cfg::kBulkStore && !kFusedAct) ptx::prefetch_tensormap(&p.map_d);  // (kFusedAct: no D)
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], Cfg::kFullArrivals);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
@@ -1087,7 +1092,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             const __nv_bfloat162 v = __floats2bfloat162_rn(out[q], out[q + 1]);
             return *reinterpret_cast<const uint32_t*>(&v);
           };
-          ptx::stmatrix_x4(dst + r * 128 + ((c ^ (r % 8)) << 4), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
+          ptx::stmatrix_x4(dst + sw128_offset(r, c), pack(4 * i), pack(4 * i + 2), pack(4 * i + 4),
                            pack(4 * i + 6));
         }
       };
@@ -1098,7 +1103,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
           const int r = q / 8, c = q % 8;
           if (r >= rows || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
-          const uint4 v = *reinterpret_cast<const uint4*>(src + r * 128 + ((c ^ (r % 8)) << 4));
+          const uint4 v = *reinterpret_cast<const uint4*>(src + sw128_offset(r, c));
           *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
         }
       };

@@ -381,7 +381,7 @@ void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
         d_s2.poison(0xFF);
         CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
         args.d = d_y1.ptr;
-        ASSERT_FALSE(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(args));
+        ASSERT_FALSE(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args).fused_act);
         CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
         kernels::ActQuantParams q;
         q.m_cap = p.m_cap;
@@ -406,9 +406,9 @@ void check_fused_act(int inter, int k, const std::vector<int32_t>& counts) {
         CUDA_OK(cudaMemset(d_counter.ptr, 0, sizeof(int32_t)));
         args.d = d_y1_fused.ptr;
         args.fused_act = &fused;
-        ASSERT_TRUE(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_fuses_act(args));
         const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
-        EXPECT_TRUE(info.fused_act && info.block_n == 256);
+        ASSERT_TRUE(info.fused_act);
+        EXPECT_EQ(info.block_n, 256);
         CUDA_OK(fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d(args, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
 
