@@ -7,7 +7,7 @@
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
 //                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH] [--flush write|clean]
-//                     [--data codes|normal]
+//                     [--data codes|normal] [--routing uniform|balanced]
 // --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
 // of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
 // live run's per-CTA timeline to PATH as lines "case gemm cta slot ns". --flush clean: samples
@@ -16,6 +16,9 @@
 // A's 128-element row groups and B's 128 x 128 blocks: each group's largest value near 448, as block
 // quantisation leaves them) instead of codes with every bit but one random (the default); the
 // tensor cores' power, and so the clock at the power limit, depends on the bits they multiply.
+// --routing balanced: every expert gets T * k / E rows (the first T * k % E experts one more)
+// instead of uniform random top-k routing's counts, so an expert ends in a partial M-tile only
+// where T * k / E is not a multiple of 128 (analysis: what the random counts' last tiles cost).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -45,9 +48,14 @@ constexpr Preset kPresets[] = {{"deepseek-v3-ep8", 32, 7168, 2048, 8},
                                {"qwen3-235b-a22b", 128, 4096, 1536, 8}};
 
 
-// Rows per expert of uniform random top-k routing (k distinct experts per token).
-std::vector<int32_t> route_counts(int tokens, int experts, int topk, fp8moe::test::Rng& rng) {
+// Rows per expert of uniform random top-k routing (k distinct experts per token), or balanced.
+std::vector<int32_t> route_counts(int tokens, int experts, int topk, bool balanced, fp8moe::test::Rng& rng) {
   std::vector<int32_t> counts(experts, 0);
+  if (balanced) {
+    const int64_t slots = static_cast<int64_t>(tokens) * topk;
+    for (int e = 0; e < experts; ++e) counts[e] = static_cast<int32_t>(slots / experts + (e < slots % experts));
+    return counts;
+  }
   for (int32_t e : fp8moe::test::random_routing(rng, tokens, topk, experts)) ++counts[e];
   return counts;
 }
@@ -61,7 +69,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   std::string json_path, trace_path, preset_name = "deepseek-v3-ep8";
   bench::FlushMode flush_mode = bench::FlushMode::kWrite;
-  bool normal_data = false;
+  bool normal_data = false, balanced = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -73,6 +81,9 @@ int main(int argc, char** argv) {
     else if (a == "--flush" && i + 1 < argc && bench::parse_flush_mode(argv[i + 1], &flush_mode)) ++i;
     else if (a == "--data" && i + 1 < argc && (!std::strcmp(argv[i + 1], "codes") || !std::strcmp(argv[i + 1], "normal")))
       normal_data = !std::strcmp(argv[++i], "normal");
+    else if (a == "--routing" && i + 1 < argc &&
+             (!std::strcmp(argv[i + 1], "uniform") || !std::strcmp(argv[i + 1], "balanced")))
+      balanced = !std::strcmp(argv[++i], "balanced");
     else if (a == "--schedule" && i + 1 < argc &&
              (!std::strcmp(argv[i + 1], "both") || !std::strcmp(argv[i + 1], "live") ||
               !std::strcmp(argv[i + 1], "padded"))) {
@@ -87,7 +98,8 @@ int main(int argc, char** argv) {
     else {
       std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
                   "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--schedule both|live|padded]\n"
-                  "          [--no-ceilings] [--trace PATH] [--flush write|clean] [--data codes|normal]\n",
+                  "          [--no-ceilings] [--trace PATH] [--flush write|clean] [--data codes|normal]\n"
+                  "          [--routing uniform|balanced]\n",
                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -178,10 +190,10 @@ int main(int argc, char** argv) {
   FILE* js = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   if (js)
     std::fprintf(js,
-                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", \"l2_flush\": \"%s\", \"data\": \"%s\", "
+                 "{\"gpu\": \"%s\", \"commit\": \"%s\", \"preset\": \"%s\", \"l2_flush\": \"%s\", \"data\": \"%s\", \"routing\": \"%s\", "
                  "\"ceilings\": {\"read_TBps\": %.4f, \"fp8_TFLOPs\": %.1f}, \"cases\": [",
                  prop.name, bench::build_commit(), pre->name, bench::flush_mode_name(flush_mode),
-                 normal_data ? "normal" : "codes", read_tbps,
+                 normal_data ? "normal" : "codes", balanced ? "balanced" : "uniform", read_tbps,
                  fp8_tflops);
 
   std::printf("%-10s %-5s %-7s %10s %10s %10s %8s %9s %8s %9s %7s %7s %5s %10s %8s\n", "case", "gemm", "arm",
@@ -189,7 +201,7 @@ int main(int argc, char** argv) {
               "kernel_us", "k/floor");
   bool first_json = true;
   for (const auto& c : cases) {
-    const auto counts = route_counts(c.tokens, E, K, rng);
+    const auto counts = route_counts(c.tokens, E, K, balanced, rng);
     std::vector<int32_t> ends(E), row_expert;
     layout::ends_from_counts(counts.data(), E, ends.data());
     const int64_t m_cap = layout::m_cap(c.capacity, K, E), m_pad = layout::m_pad(m_cap);
