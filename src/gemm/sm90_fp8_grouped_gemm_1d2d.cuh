@@ -265,9 +265,8 @@ __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.
 // The activation + quantization epilogue of a kFusedAct kernel's idle producer warps (warps 9-11):
 // for each tile the math warpgroups hand over (Sm90GemmConfig::kFusedOffset), the rows [0, rows)
 // of the tile's gate (staged columns 0..127) and up (128..255) BF16 values become A2 row m_row + r,
-// group `group`, and its scale: act_quant's steps (kernels/common.cuh: activate_lane_fast with
-// activate_lane_exact as its fallback, quantize_lane), one 128-value group per 8 lanes, so the
-// codes and scales are act_quant's bits. Rows past `rows` (an expert's gap) are never written.
+// group `group`, and its scale: act_quant's steps (kernels/common.cuh: activate_quantize_lane),
+// one 128-value group per 8 lanes, so the codes and scales are act_quant's bits. Rows past `rows` (an expert's gap) are never written.
 template <num::ActKind kKind, bool kPow2, int kDBytes>
 __device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, const uint8_t* staged, int m_row, int rows,
                                                     int group, int warp, int lane) {
@@ -291,14 +290,10 @@ __device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, con
       gw[0] = a.x, gw[1] = a.y, gw[2] = a.z, gw[3] = a.w, gw[4] = b.x, gw[5] = b.y, gw[6] = b.z, gw[7] = b.w;
       uw[0] = ua.x, uw[1] = ua.y, uw[2] = ua.z, uw[3] = ua.w, uw[4] = ub.x, uw[5] = ub.y, uw[6] = ub.z, uw[7] = ub.w;
     };
-    uint32_t gw[8], uw[8], aw[8];
+    uint32_t gw[8], uw[8];
     load(gw, uw);
-    if (!kd::activate_lane_fast<kKind>(gw, uw, p.act, aw)) {  // rare, divergent: reload, exact path
-      load(gw, uw);
-      kd::activate_lane_exact(gw, uw, p.act, aw);
-    }
     uint4 codes;
-    const float scale = kd::quantize_lane<kPow2>(aw, codes);
+    const float scale = kd::activate_quantize_lane<kKind, kPow2>(gw, uw, p.act, load, codes);
     if (active) {
       const int64_t row = static_cast<int64_t>(m_row) + r;
       *reinterpret_cast<uint4*>(p.a2 + row * inter + group * 128 + 16 * (lane % 8)) = codes;

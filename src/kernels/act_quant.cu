@@ -5,7 +5,8 @@
 // loads 16 gate and 16 up values (four 16-byte loads), computes a = BF16(act(g, u)) for them
 // (common.cuh: activate_lane_fast, an exact fast path of num::activation, with a per-lane fallback
 // to num::activation itself, activate_lane_exact, for sigmoid arguments outside its range) and
-// quantizes them with the other 7 lanes of its group (quantize_lane), then stores 16 FP8 codes (one
+// quantizes them with the other 7 lanes of its group (quantize_lane; the two as activate_quantize_lane,
+// which GEMM1's activation epilogue runs too), then stores 16 FP8 codes (one
 // 16-byte store) and its group's scale. Where I / 128 is not a multiple of 4 an item spans two
 // rows, so that no lane idles (Qwen3-30B, I = 768: 6 groups a row, a quarter of the lanes idled
 // when an item was a row's 4-group chunk); the packed ue8m0 format keeps items within a row's
@@ -230,13 +231,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
       nxt = item_here();
     }
     load_lane(nxt.gate, inter, count > 1 && nxt.active, gn, un);
-    uint32_t aw[8];
-    if (!detail::activate_lane_fast<kKind>(gw, uw, act, aw)) {  // rare, divergent: reload, exact path
-      load_lane(cur.gate, inter, cur.active, gw, uw);
-      detail::activate_lane_exact(gw, uw, act, aw);
-    }
     uint4 codes;  // (inactive lanes quantize zeros and store nothing)
-    const float scale = detail::quantize_lane<kPow2>(aw, codes);
+    const float scale = detail::activate_quantize_lane<kKind, kPow2>(
+        gw, uw, act, [&](uint32_t(&g)[8], uint32_t(&u)[8]) { load_lane(cur.gate, inter, cur.active, g, u); }, codes);
     if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
     if constexpr (kPacked) {
       const uint32_t word = detail::ue8m0_chunk_word(scale, cur.active);

@@ -287,6 +287,21 @@ __device__ __forceinline__ void activate_lane_exact(const uint32_t (&gw)[8], con
   }
 }
 
+// SPEC section 2's step 4 for a lane's 16 (gate, up) pairs, as act_quant and GEMM1's activation
+// epilogue both run it: activate_lane_fast, or where it declines (rare, divergent) `reload(gw, uw)`
+// and activate_lane_exact, then quantize_lane with the lane's group. Returns the group scale and
+// the 16 codes in `codes`. All 32 lanes must call it (quantize_lane shuffles).
+template <num::ActKind kKind, bool kPow2, typename Reload>
+__device__ __forceinline__ float activate_quantize_lane(uint32_t (&gw)[8], uint32_t (&uw)[8], const num::ActParams& p,
+                                                        Reload&& reload, uint4& codes) {
+  uint32_t aw[8];
+  if (!activate_lane_fast<kKind>(gw, uw, p, aw)) {
+    reload(gw, uw);
+    activate_lane_exact(gw, uw, p, aw);
+  }
+  return quantize_lane<kPow2>(aw, codes);
+}
+
 // The packed ue8m0 word of a chunk: byte j = biased exponent of group 4 * chunk + j (held by lane
 // 8 * j), 0 for groups past the end of the row. All 32 lanes must call it; every lane gets the word.
 __device__ __forceinline__ uint32_t ue8m0_chunk_word(float scale, bool active) {
