@@ -79,7 +79,7 @@
 // (math warpgroup 0; -DFP8MOE_GEMM_TRACE_THREAD=128: warpgroup 1) write %globaltimer when it
 // starts each tile and when it leaves the tile loop, into g_sm90_gemm_trace[cta][slot] (slot 0 =
 // kernel entry; read back by the GEMM bench). -DFP8MOE_GEMM_TRACE=2 records six times per tile
-// instead of one (on the two-half path that decode and prefill tiles take): its start, the first
+// instead of one (on the two-half and the 256-wide four-quarter paths): its start, the first
 // k-block's data in shared memory, the first promotion done, the last k-block released, the last
 // promotion done, the epilogue's end. =3 adds, from the producer thread, the time it requested
 // each tile's first k-block (slots kTraceProducerSlot0 + tile index; the math thread's slots stop
@@ -915,6 +915,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             for (int i = 0; i < Quarter::kAccum; ++i) ptx::fence_operand(acc[i]);
           };
           wait_full(stage, phase);
+#if FP8MOE_GEMM_TRACE >= 2
+          trace_time(traced++);
+#endif
           stage_descs();
           float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
           float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
@@ -926,6 +929,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             ptx::wgmma_wait<1>();  // quarter 0 done
             done(acc_x);
             promote(acc_x, 0, sa0, sa1, sb, sb, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+            if (kb == 0) trace_time(traced++);
+#endif
             issue_q(acc_x, 2);
             ptx::wgmma_wait<1>();  // quarter 1 done
             done(acc_y);
@@ -951,6 +957,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           ptx::wgmma_wait<1>();
           done(acc_x);
           promote(acc_x, 0, sa0, sa1, sb, sb, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+          if (kblocks(p) == 1) trace_time(traced++);
+#endif
           issue_q(acc_x, 2);
           ptx::wgmma_wait<1>();
           done(acc_y);
@@ -961,8 +970,14 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           promote(acc_x, 64, sa0, sa1, sb2, sb2, sa0, sa1);
           ptx::wgmma_wait<0>();
           release(stage);
+#if FP8MOE_GEMM_TRACE >= 2
+          trace_time(traced++);
+#endif
           done(acc_y);
           promote(acc_y, 96, sa0, sa1, sb2, sb2, sa0, sa1);
+#if FP8MOE_GEMM_TRACE >= 2
+          trace_time(traced++);
+#endif
           advance();
         } else {  // the two-half loop of a 128 x BN tile
         float acc_a[Half::kAccum], acc_b[Half::kAccum];
@@ -1107,6 +1122,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #pragma unroll
           for (int h = 0; h < 4; ++h) stage_half(h, tile_d + h * 8192);
         });
+#if FP8MOE_GEMM_TRACE >= 2
+        trace_time(traced++);
+#endif
         continue;
       }
       // The staging tile is free once TMA has read what it was last handed (a tile ago).
