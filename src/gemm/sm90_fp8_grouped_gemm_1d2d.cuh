@@ -5,8 +5,9 @@
 //     block, waits for a free ring stage and issues three TMA loads into it (A 128x128 with an L2
 //     evict-last hint, B BNx128, A's 128 scales; 128 wide, also the block's B scale, copied with
 //     cp.async), completing on the stage's `full` mbarrier. Live single CTAs claim each tile after
-//     their first from a global counter (dynamic tiles) and pass its id to the math warpgroups in
-//     shared memory with the tile's first k-block;
+//     their first from a global counter (dynamic tiles) and pass it, resolved, to the math
+//     warpgroups in shared memory with the tile's first k-block; there (but with the activation
+//     epilogue) a scheduler warp claims and resolves the next tile while the producer streams;
 //   warpgroups 0 and 1 (math, 232 registers): rows [0, 64) and [64, 128) of the tile. The tile's
 //     columns are two halves, each a group of four wgmma m64n(BN/2)k32 into its own FP32
 //     accumulator, software-pipelined so that one half runs on the tensor cores while the other
@@ -213,16 +214,15 @@ struct Sm90GemmConfig {
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   static constexpr bool kTileLut = kBlockN >= 192;
   // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
-  // then, 192 and 256 wide, that tile resolved (expert, first row, first column, row end, tall: kStages x
+  // then that tile resolved (expert, first row, first column, row end, tall: kStages x
   // kTileInfoInts ints), so that the math warpgroups do not run the scheduler's get() at each tile
   // change.
-  static constexpr bool kTileInfoSlots = kBlockN >= 192;
   static constexpr int kTileInfoInts = kTall ? 5 : 4;
   // The shared-memory layout, in bytes from the 1024-aligned base (sm90_gemm_body's pointers; the
   // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
   // tiles, every stage's A scales (and kScalesInRing its B scale), the full and empty barriers,
   // the live scheduler's ends[] and tile_end[] (and lookup table), the published tile ids and
-  // (kTileInfoSlots) resolved tiles.
+  // resolved tiles, and the hand-over of the activation epilogue (kFused) or the scheduler warp's.
   static constexpr int kBOffset = kStages * kABytes;
   static constexpr int kDOffset = kBOffset + kStages * kBBytes;
   static constexpr int kSfaOffset = kDOffset + 2 * kDBytes;
@@ -235,11 +235,14 @@ struct Sm90GemmConfig {
   static constexpr int kTileInfoOffset = kTileIdOffset + kStages * 4;
   // kFused: the `staged` and `freed` barriers of the activation epilogue's hand-over, the tile it
   // is handed (first row, live rows, A2 group) and, at the end, the number of tiles handed over.
-  static constexpr int kFusedOffset = (kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0) + 7) / 8 * 8;
+  static constexpr int kFusedOffset = (kTileInfoOffset + kStages * kTileInfoInts * 4 + 7) / 8 * 8;
   static constexpr int kFusedInfoInts = 4;
+  // Not kFused, in the same place: the scheduler warp's `claim` and `ready` barriers and the tile it
+  // resolved (id, expert, first row, first column, row end, tall).
+  static constexpr int kSchedOffset = kFusedOffset;
+  static constexpr int kSchedInfoInts = 6;
   static constexpr int kLayoutBytes =
-      kFused ? kFusedOffset + 2 * 8 + kFusedInfoInts * 4
-             : kTileInfoOffset + (kTileInfoSlots ? kStages * kTileInfoInts * 4 : 0);
+      kFused ? kFusedOffset + 2 * 8 + kFusedInfoInts * 4 : kSchedOffset + 2 * 8 + kSchedInfoInts * 4;
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
   static constexpr int kSmemBytes = kLayoutBytes + 1024;
   static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256, "tile widths with at most two B-scale blocks");
@@ -354,6 +357,15 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   auto fused_staged = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kFusedOffset); };
   auto fused_freed = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kFusedOffset + 8); };
   auto fused_info = [&] { return reinterpret_cast<int32_t*>(smem + Cfg::kFusedOffset + 16); };
+  // The scheduler warp (kSchedWarp; it works with dynamic tiles): where the producer would claim
+  // the next tile it arrives on `claim` instead; lane 0 of warp 10 claims that tile, resolves it
+  // (the scheduler's get(), ~1 us under load) and publishes it, arriving on `ready`, so the
+  // producer finds the next tile resolved at its tile change (decode GEMMs -5..-8% alone, perf
+  // notes v41). Not with kFusedAct, whose warps 9-11 run the activation epilogue.
+  constexpr bool kSchedWarp = kLive && kCluster == 1 && !kFusedAct;
+  auto sched_claim = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kSchedOffset); };
+  auto sched_ready = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kSchedOffset + 8); };
+  auto sched_info = [&] { return reinterpret_cast<int32_t*>(smem + Cfg::kSchedOffset + 16); };
 
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the math warpgroups'
   // shared-memory descriptors, stage addresses and barrier addresses then live in uniform registers
@@ -377,6 +389,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], Cfg::kFullArrivals);
       ptx::mbar_init(&empty[s], 8 * kCluster);  // each math warp of each CTA of the cluster
+    }
+    if constexpr (kSchedWarp) {
+      ptx::mbar_init(sched_claim(), 1);
+      ptx::mbar_init(sched_ready(), 1);
     }
     if constexpr (kFusedAct) {
       ptx::mbar_init(fused_staged(), 8);
@@ -489,7 +505,32 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       ptx::griddep_launch_dependents();
       sched::TileInfo t;
       int id = first_tile_id<kCluster>();
-      while (scheduler.get(id, t)) {
+      [[maybe_unused]] uint32_t ready_phase = 0;
+      // The next tile's claim: the atomic here, or (kSchedWarp) the scheduler warp's, signalled.
+      auto claim_next = [&](int& next) {
+        if constexpr (kSchedWarp) ptx::mbar_arrive(sched_claim());
+        else next = claim();
+      };
+      // The tile of `id`: the scheduler's; after the first (kSchedWarp, dynamic), the tile the
+      // scheduler warp claimed and resolved meanwhile, with its id.
+      [[maybe_unused]] bool first = true;
+      auto next_tile = [&]() -> bool {
+        if constexpr (kSchedWarp) {
+          if (!first && dynamic) {
+            ptx::mbar_wait(sched_ready(), ready_phase);
+            ready_phase ^= 1u;
+            const int32_t* q = sched_info();
+            id = q[0];
+            t.expert = q[1], t.m_row = q[2], t.n_col = q[3], t.row_end = q[4];
+            if constexpr (kTall) t.tall = q[5] != 0;
+            t.set_live_halves();
+            return q[1] >= 0;
+          }
+          first = false;
+        }
+        return scheduler.get(id, t);
+      };
+      while (next_tile()) {
 #if FP8MOE_GEMM_TRACE
         trace_producer(tiles, 0);
 #endif
@@ -513,18 +554,16 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           for (int kb = kb_first; kb < kblocks(p); ++kb) {
             // Claimed one ring ahead of the tile's end, so that its latency hides behind the ring.
             const int claim_kb = kblocks(p) - kStages > kb_first ? kblocks(p) - kStages : kb_first;
-            if (dynamic && kb == claim_kb) next = claim();
+            if (dynamic && kb == claim_kb) claim_next(next);
             ptx::mbar_wait(&empty[stage], phase ^ 1u);
 #if FP8MOE_GEMM_TRACE
             if (kb == 0) trace_producer(tiles, 1);
 #endif
             if (dynamic && kb == 0) {  // published by the arrive below
               smem_tile_id[stage] = id;
-              if constexpr (Cfg::kTileInfoSlots) {
-                int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
-                info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
-                if constexpr (kTall) info[4] = kTallTile;
-              }
+              int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
+              info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
+              if constexpr (kTall) info[4] = kTallTile;
             }
             if (FP8MOE_GEMM_ABLATE == 3) {
               ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
@@ -578,7 +617,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         } else {
           request_tile(std::false_type{});
         }
-        if (dynamic && kb_first >= kblocks(p)) next = claim();  // the whole tile was requested before the wait
+        if (dynamic && kb_first >= kblocks(p)) claim_next(next);  // the whole tile was requested before the wait
         kb_first = 0;
         id = next;
 #if FP8MOE_GEMM_TRACE
@@ -588,7 +627,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
         smem_tile_id[stage] = id;
-        if constexpr (Cfg::kTileInfoSlots) smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
+        smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
         ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
     } else if (kFusedAct && threadIdx.x >= 288) {  // the activation epilogue's three warps
@@ -618,6 +657,23 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             sm90_act_quant_rows<num::ActKind::kSwigluOai, true, Cfg::kDBytes>(p, smem_d, m_row, rows, group, warp, lane);
           __syncwarp();
           if (lane == 0) ptx::mbar_arrive(fused_freed());
+        }
+      }
+    } else if (kSchedWarp && threadIdx.x == 320) {  // the scheduler warp (lane 0 of warp 10)
+      if (dynamic) {
+        Scheduler own = scheduler;
+        sched::TileInfo t;
+        // One claim per tile the producer requests, from its first tile on (none: no tile at all).
+        if (own.get(first_tile_id<kCluster>(), t)) {
+          for (uint32_t ph = 0;; ph ^= 1u) {
+            ptx::mbar_wait(sched_claim(), ph);
+            const int next = claim();
+            const bool ok = own.get(next, t);
+            int32_t* q = sched_info();
+            q[0] = next, q[1] = ok ? t.expert : -1, q[2] = t.m_row, q[3] = t.n_col, q[4] = t.row_end, q[5] = t.tall;
+            ptx::mbar_arrive(sched_ready());
+            if (!ok) break;
+          }
         }
       }
     } else if (FP8MOE_GEMM_ABLATE == 8 && threadIdx.x == 288) {  // the ring's stand-in consumer
@@ -693,20 +749,18 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       wait_full(stage, phase);
       return smem_tile_id[stage];
     };
-    // The tile of an id: the scheduler's, except (kTileInfoSlots, dynamic) after the first tile,
-    // where the producer has published it resolved with the id (the wait above covers both).
-    [[maybe_unused]] bool published = false;
+    // The tile of an id: the scheduler's, except (dynamic) after the first tile, where the
+    // producer has published it resolved with the id (the wait above covers both).
+    bool published = false;
     auto get_tile = [&](int id) {
-      if constexpr (Cfg::kTileInfoSlots) {
-        if (published) {
-          const int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
-          t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
-          if constexpr (kTall) t.tall = info[4] != 0;
-          t.set_live_halves();
-          return t.expert >= 0;
-        }
-        published = dynamic && FP8MOE_GEMM_ABLATE != 8;
+      if (published) {
+        const int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
+        t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
+        if constexpr (kTall) t.tall = info[4] != 0;
+        t.set_live_halves();
+        return t.expert >= 0;
       }
+      published = dynamic && FP8MOE_GEMM_ABLATE != 8;
       return scheduler.get(id, t);
     };
     [[maybe_unused]] uint32_t fused_tiles = 0;  // tiles handed to the activation epilogue
