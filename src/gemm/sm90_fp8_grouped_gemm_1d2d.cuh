@@ -360,8 +360,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   // The scheduler warp (kSchedWarp; it works with dynamic tiles): where the producer would claim
   // the next tile it arrives on `claim` instead; lane 0 of warp 10 claims that tile, resolves it
   // (the scheduler's get(), ~1 us under load) and publishes it, arriving on `ready`, so the
-  // producer finds the next tile resolved at its tile change (decode GEMMs -5..-8% alone, perf
-  // notes v41). Not with kFusedAct, whose warps 9-11 run the activation epilogue.
+  // producer finds the next tile resolved at its tile change (Qwen3-30B's decode GEMMs alone
+  // -6..-8%, perf notes v41). Not with kFusedAct, whose warps 9-11 run the activation epilogue.
   constexpr bool kSchedWarp = kLive && kCluster == 1 && !kFusedAct;
   auto sched_claim = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kSchedOffset); };
   auto sched_ready = [&] { return reinterpret_cast<uint64_t*>(smem + Cfg::kSchedOffset + 8); };
