@@ -8,6 +8,7 @@
     scripts/gemm-phases.py trace.txt            # TRACE=2 or 3: per-tile phases
     scripts/gemm-phases.py --kblocks trace.txt  # TRACE=4: the first k-blocks of one CTA
     scripts/gemm-phases.py --producer trace.txt # TRACE=5: the producer at tile changes
+    scripts/gemm-phases.py --epilogue trace.txt # TRACE=6: the bulk-store epilogue's steps
 
 The trace holds lines "case gemm cta slot ns" (src/gemm/sm90_fp8_grouped_gemm_1d2d.cuh):
   TRACE=2  math thread 0: slot 0 the CTA's entry, then six per tile (start, first k-block's data,
@@ -18,6 +19,9 @@ The trace holds lines "case gemm cta slot ns" (src/gemm/sm90_fp8_grouped_gemm_1d
            k-block;
   TRACE=4  math thread 0: pairs (ready to wait, data there) per stage below slot 80; the producer's
            request of each stage from slot 80.
+  TRACE=6  as TRACE=2 with ten stamps per tile: after the last promotion, the staging tile free
+           (bulk_wait_read), the first barrier, the tile staged (stmatrix), the second barrier,
+           then the epilogue's end (the TMA stores issued); tiles that copy out hold 1 there.
 Tiles of the column-split path (17..64 live rows in the 128-wide kernel) record no phases, so
 shapes that have them (e.g. Qwen3-30B at 512/512) do not parse as TRACE=2/3.
 
@@ -106,6 +110,30 @@ def producer(path):
               f"{fmt(get)}; -> its first stage free {fmt(slot)}; -> requested {fmt(issue)}")
 
 
+def epilogue(path):
+    """TRACE=6: the bulk-store epilogue's steps per tile, and the wait for the next tile's data."""
+    names = ["k-loop", "last promotion", "bulk_wait_read", "barrier 1", "staged (stmatrix)",
+             "fence + barrier 2", "TMA stores issued", "end -> next tile's data"]
+    for (case, gemm), ctas in read(path).items():
+        steps, copied = defaultdict(list), 0
+        for stamps in ctas.values():
+            math = [stamps[s] for s in sorted(stamps) if s < PRODUCER_SLOT0]
+            tiles = (len(math) - 2) // 10
+            for i in range(tiles):
+                start, data, promoted, released, loop_end, free, b1, staged, b2, done = math[1 + 10 * i: 11 + 10 * i]
+                if free == 1:
+                    copied += 1
+                    continue
+                for name, (a, b) in zip(names, [(data, released), (released, loop_end), (loop_end, free),
+                                                (free, b1), (b1, staged), (staged, b2), (b2, done)]):
+                    steps[name].append(b - a)
+                if i + 1 < tiles:
+                    steps[names[-1]].append(math[1 + 10 * (i + 1) + 1] - done)
+        print(f"{case} gemm{gemm}: {len(steps[names[0]])} bulk-store tiles ({copied} copied out, not counted)")
+        for name in names:
+            print(f"  {name:24s} {fmt(steps[name])}")
+
+
 def kblocks(path, cta=5, count=40):
     for (case, gemm), ctas in read(path).items():
         stamps = ctas.get(cta)
@@ -128,6 +156,8 @@ if __name__ == "__main__":
         phases(sys.argv[1])
     elif len(sys.argv) == 3 and sys.argv[1] == "--producer":
         producer(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--epilogue":
+        epilogue(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "--stamps":
         phases(sys.argv[3], int(sys.argv[2]))
     else:

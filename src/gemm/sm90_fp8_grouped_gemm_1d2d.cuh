@@ -88,7 +88,11 @@
 // when each stage's data is there (slots 0..79; the two-half path), the producer when it has
 // requested each stage (slots 80..127). =5 is =3 with four producer stamps per tile instead of one
 // (slots 80 + 4 * tile + i): i = 0 the tile known (the scheduler's get() returned), 1 the stage for
-// its first k-block free, 2 that k-block requested, 3 its last k-block requested.
+// its first k-block free, 2 that k-block requested, 3 its last k-block requested. =6 is =2 with
+// four more stamps per tile in the bulk-store epilogue (192 and 256 wide, not kFusedAct), after
+// the last promotion: the staging tile free (bulk_wait_read), the first barrier, the tile staged,
+// the second barrier; the TMA stores' issue ends at the epilogue's end stamp (tiles that copy out
+// write 1 in those four slots instead).
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
 #endif
@@ -148,7 +152,7 @@ __device__ __forceinline__ void trace_time(int slot) {
 }
 // TRACE>=3, the producer: its n-th request of a stage (=4), or of a tile's first k-block (=3).
 __device__ __forceinline__ void trace_request(int& n, bool tile_start) {
-  if (FP8MOE_GEMM_TRACE < 3 || FP8MOE_GEMM_TRACE == 5 || (FP8MOE_GEMM_TRACE == 3 && !tile_start)) return;
+  if (FP8MOE_GEMM_TRACE < 3 || FP8MOE_GEMM_TRACE >= 5 || (FP8MOE_GEMM_TRACE == 3 && !tile_start)) return;
   const int slot = kTraceProducerSlot0 + n++;
   if (blockIdx.x < kGemmTraceCtas && slot < kGemmTraceSlots)
     g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
@@ -1191,12 +1195,24 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         const int tall_rows = t.tall_rows();
         auto block_col = [&](int h) { return tall && h == 2 ? t.n_col + 64 * warpgroup : t.n_col + 64 * h; };
         auto block_row = [&](int h) { return tall && h == 2 ? t.m_row + 128 : t.m_row + row_base; };
+#if FP8MOE_GEMM_TRACE == 6
+        trace_time(traced++);
+#endif
         ptx::named_barrier(1 + warpgroup, 128);
+#if FP8MOE_GEMM_TRACE == 6
+        trace_time(traced++);
+#endif
 #pragma unroll
         for (int h = 0; h < kBlockN / 64; ++h)
           if (block_col(h) < p.n) stage_half(h, tile_d + h * 8192);  // (a partial last tile)
+#if FP8MOE_GEMM_TRACE == 6
+        trace_time(traced++);
+#endif
         ptx::fence_proxy_async_smem();  // the stmatrix writes, for TMA
         ptx::named_barrier(1 + warpgroup, 128);
+#if FP8MOE_GEMM_TRACE == 6
+        trace_time(traced++);
+#endif
         if (store_leader) {
 #pragma unroll
           for (int h = 0; h < kBlockN / 64; ++h)
@@ -1207,6 +1223,11 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if (tall && tall_rows < 64)
           copy_out(tile_d + 2 * 8192, p.d + static_cast<int64_t>(block_row(2)) * p.n + block_col(2), tall_rows);
       } else {
+#if FP8MOE_GEMM_TRACE == 6
+        for (int i = 0; i < 4; ++i, ++traced)  // (marks: not the bulk-store path)
+          if (threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas && traced < kTraceProducerSlot0)
+            g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + traced] = 1;
+#endif
         __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
         for (int h = 0; h < kBlockN / 64; ++h) {
