@@ -263,7 +263,9 @@ int main(int argc, char** argv) {
     }
   }
   if (pitch_pad < 0 || pitch_pad % 16 || rotate < 0 || rotate > 2 || ctas_arg < 0 || passes < 1) {
-    std::fprintf(stderr, "fp8moe-tma-stream: --pitch-pad takes a multiple of 16 bytes, --rotate 0, 1 or 2\n");
+    std::fprintf(stderr,
+                 "fp8moe-tma-stream: --pitch-pad takes a multiple of 16 bytes, --rotate 0, 1 or 2, --ctas a count "
+                 ">= 0 (0: the default list), --passes a count >= 1\n");
     return 2;
   }
   const int sms = bench::device_sms_or_none("fp8moe-tma-stream");

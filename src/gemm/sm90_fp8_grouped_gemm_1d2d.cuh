@@ -145,10 +145,11 @@ struct Sm90GemmParams {
 #if FP8MOE_GEMM_TRACE
 __device__ uint64_t g_sm90_gemm_trace[kGemmTraceCtas * kGemmTraceSlots];
 constexpr int kTraceProducerSlot0 = FP8MOE_GEMM_TRACE >= 3 ? 80 : kGemmTraceSlots;
-__device__ __forceinline__ void trace_time(int slot) {
+// The stamping math thread: `value` (by default %globaltimer) into its slot `slot`.
+__device__ __forceinline__ void trace_time(int slot, uint64_t value = 0) {
   if (FP8MOE_GEMM_TRACE != 4 && threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas &&
       slot < kTraceProducerSlot0)
-    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = ptx::globaltimer();
+    g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + slot] = value ? value : ptx::globaltimer();
 }
 // TRACE>=3, the producer: its n-th request of a stage (=4), or of a tile's first k-block (=3).
 __device__ __forceinline__ void trace_request(int& n, bool tile_start) {
@@ -273,7 +274,8 @@ __device__ __forceinline__ int tile_id_step() { return static_cast<int>(gridDim.
 // for each tile the math warpgroups hand over (Sm90GemmConfig::kFusedOffset), the rows [0, rows)
 // of the tile's gate (staged columns 0..127) and up (128..255) BF16 values become A2 row m_row + r,
 // group `group`, and its scale: act_quant's steps (kernels/common.cuh: activate_quantize_lane),
-// one 128-value group per 8 lanes, so the codes and scales are act_quant's bits. Rows past `rows` (an expert's gap) are never written.
+// one 128-value group per 8 lanes, so the codes and scales are act_quant's bits. Rows past `rows`
+// (an expert's gap) are never written.
 template <num::ActKind kKind, bool kPow2, int kDBytes>
 __device__ __forceinline__ void sm90_act_quant_rows(const Sm90GemmParams& p, const uint8_t* staged, int m_row, int rows,
                                                     int group, int warp, int lane) {
@@ -1224,9 +1226,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           copy_out(tile_d + 2 * 8192, p.d + static_cast<int64_t>(block_row(2)) * p.n + block_col(2), tall_rows);
       } else {
 #if FP8MOE_GEMM_TRACE == 6
-        for (int i = 0; i < 4; ++i, ++traced)  // (marks: not the bulk-store path)
-          if (threadIdx.x == FP8MOE_GEMM_TRACE_THREAD && blockIdx.x < kGemmTraceCtas && traced < kTraceProducerSlot0)
-            g_sm90_gemm_trace[blockIdx.x * kGemmTraceSlots + traced] = 1;
+        for (int i = 0; i < 4; ++i) trace_time(traced++, 1);  // (marks: not the bulk-store path)
 #endif
         __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
