@@ -218,16 +218,15 @@ struct Sm90GemmConfig {
   // and 256 wide: prefill-sized GEMMs) the tile lookup table.
   static constexpr int kMaxExperts = sched::kMaxLiveExperts;
   static constexpr bool kTileLut = kBlockN >= 192;
-  // The last kStages ints: the id of the tile whose first k-block a stage holds (dynamic claims);
-  // then that tile resolved (expert, first row, first column, row end, tall: kStages x
-  // kTileInfoInts ints), so that the math warpgroups do not run the scheduler's get() at each tile
-  // change.
+  // Dynamic tiles: per stage, the tile whose first k-block it holds, resolved (expert, or -1 past
+  // the last tile; first row, first column, row end, tall: kStages x kTileInfoInts ints), so that
+  // the math warpgroups do not run the scheduler's get() at each tile change.
   static constexpr int kTileInfoInts = kTall ? 5 : 4;
   // The shared-memory layout, in bytes from the 1024-aligned base (sm90_gemm_body's pointers; the
   // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
   // tiles, every stage's A scales (and kScalesInRing its B scale), the full and empty barriers,
-  // the live scheduler's ends[] and tile_end[] (and lookup table), the published tile ids and
-  // resolved tiles, and the hand-over of the activation epilogue (kFused) or the scheduler warp's.
+  // the live scheduler's ends[] and tile_end[] (and lookup table), the resolved tiles published
+  // with their first k-blocks, and the hand-over of the activation epilogue (kFused) or the scheduler warp's.
   static constexpr int kBOffset = kStages * kABytes;
   static constexpr int kDOffset = kBOffset + kStages * kBBytes;
   static constexpr int kSfaOffset = kDOffset + 2 * kDBytes;
@@ -236,16 +235,15 @@ struct Sm90GemmConfig {
   static constexpr int kEmptyOffset = kFullOffset + kStages * 8;
   static constexpr int kEndsOffset = kEmptyOffset + kStages * 8;
   static constexpr int kTileEndOffset = kEndsOffset + kMaxExperts * 4;
-  static constexpr int kTileIdOffset = kTileEndOffset + (kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4;
-  static constexpr int kTileInfoOffset = kTileIdOffset + kStages * 4;
+  static constexpr int kTileInfoOffset = kTileEndOffset + (kMaxExperts + (kTileLut ? sched::kTileLutInts : 0)) * 4;
   // kFused: the `staged` and `freed` barriers of the activation epilogue's hand-over, the tile it
   // is handed (first row, live rows, A2 group) and, at the end, the number of tiles handed over.
   static constexpr int kFusedOffset = (kTileInfoOffset + kStages * kTileInfoInts * 4 + 7) / 8 * 8;
   static constexpr int kFusedInfoInts = 4;
   // Not kFused, in the same place: the scheduler warp's `claim` and `ready` barriers and the tile it
-  // resolved (id, expert, first row, first column, row end, tall).
+  // resolved (expert, first row, first column, row end, tall).
   static constexpr int kSchedOffset = kFusedOffset;
-  static constexpr int kSchedInfoInts = 6;
+  static constexpr int kSchedInfoInts = 5;
   static constexpr int kLayoutBytes =
       kFused ? kFusedOffset + 2 * 8 + kFusedInfoInts * 4 : kSchedOffset + 2 * 8 + kSchedInfoInts * 4;
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
@@ -356,7 +354,6 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
   uint64_t* empty = reinterpret_cast<uint64_t*>(smem + Cfg::kEmptyOffset);
   int32_t* smem_ends = reinterpret_cast<int32_t*>(smem + Cfg::kEndsOffset);
   int32_t* smem_tile_end = reinterpret_cast<int32_t*>(smem + Cfg::kTileEndOffset);
-  int32_t* smem_tile_id = reinterpret_cast<int32_t*>(smem + Cfg::kTileIdOffset);
   int32_t* smem_tile_info = reinterpret_cast<int32_t*>(smem + Cfg::kTileInfoOffset);  // [kStages][kTileInfoInts]
   // kFusedAct's hand-over (computed where used: kept in registers, they cost the math warpgroups
   // spills): staged (8 math warps arrive), freed (3 epilogue warps), the tile's info.
@@ -518,7 +515,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         else next = claim();
       };
       // The tile of `id`: the scheduler's; after the first (kSchedWarp, dynamic), the tile the
-      // scheduler warp claimed and resolved meanwhile, with its id.
+      // scheduler warp claimed and resolved meanwhile (`id` and `next` then go unused).
       [[maybe_unused]] bool first = true;
       auto next_tile = [&]() -> bool {
         if constexpr (kSchedWarp) {
@@ -526,11 +523,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             ptx::mbar_wait(sched_ready(), ready_phase);
             ready_phase ^= 1u;
             const int32_t* q = sched_info();
-            id = q[0];
-            t.expert = q[1], t.m_row = q[2], t.n_col = q[3], t.row_end = q[4];
-            if constexpr (kTall) t.tall = q[5] != 0;
+            t.expert = q[0], t.m_row = q[1], t.n_col = q[2], t.row_end = q[3];
+            if constexpr (kTall) t.tall = q[4] != 0;
             t.set_live_halves();
-            return q[1] >= 0;
+            return t.expert >= 0;
           }
           first = false;
         }
@@ -566,7 +562,6 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             if (kb == 0) trace_producer(tiles, 1);
 #endif
             if (dynamic && kb == 0) {  // published by the arrive below
-              smem_tile_id[stage] = id;
               int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
               info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
               if constexpr (kTall) info[4] = kTallTile;
@@ -630,9 +625,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         ++tiles;
 #endif
       }
-      if (dynamic) {  // no tile left: the math warpgroups read the id past the end from the next stage
+      if (dynamic) {  // no tile left: the math warpgroups find expert -1 with the next stage
         ptx::mbar_wait(&empty[stage], phase ^ 1u);
-        smem_tile_id[stage] = id;
         smem_tile_info[Cfg::kTileInfoInts * stage] = -1;  // no expert: the end
         ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
       }
@@ -673,10 +667,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         if (own.get(first_tile_id<kCluster>(), t)) {
           for (uint32_t ph = 0;; ph ^= 1u) {
             ptx::mbar_wait(sched_claim(), ph);
-            const int next = claim();
-            const bool ok = own.get(next, t);
+            const bool ok = own.get(claim(), t);
             int32_t* q = sched_info();
-            q[0] = next, q[1] = ok ? t.expert : -1, q[2] = t.m_row, q[3] = t.n_col, q[4] = t.row_end, q[5] = t.tall;
+            q[0] = ok ? t.expert : -1, q[1] = t.m_row, q[2] = t.n_col, q[3] = t.row_end, q[4] = t.tall;
             ptx::mbar_arrive(sched_ready());
             if (!ok) break;
           }
@@ -688,11 +681,12 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       sched::TileInfo t;
       int id = first_tile_id<kCluster>();
       for (bool first = true;; first = false) {
-        if (dynamic && !first) {  // published with the tile's first k-block (or the end)
+        if (dynamic && !first) {  // published with the tile's first k-block (or the end: expert -1)
           ptx::mbar_wait(&full[stage], phase);
-          id = smem_tile_id[stage];
+          if (smem_tile_info[Cfg::kTileInfoInts * stage] < 0) break;
+        } else if (!scheduler.get(id, t)) {
+          break;
         }
-        if (!scheduler.get(id, t)) break;
         for (int kb = 0; kb < kblocks(p); ++kb) {
           ptx::mbar_wait(&full[stage], phase);
           ptx::mbar_arrive_n(&empty[stage], 8 * kCluster);  // (clusters: this CTA's count only)
@@ -747,16 +741,16 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     int traced = 0, data_stamps = 0;
     trace_time(traced++);
 #endif
-    // The next tile: the fixed stride, or the id the producer published with the next tile's first
-    // k-block (its wait is the one the k-loop would do first; a second wait on a completed phase
-    // returns at once).
+    // The next tile's id: the fixed stride's; or (dynamic) none, the producer publishes the tile
+    // itself with its first k-block: wait for that (the wait the k-loop would do first; a second
+    // wait on a completed phase returns at once).
     auto next_id = [&](int id) {
       if (!dynamic || FP8MOE_GEMM_ABLATE == 8) return id + tile_id_step<kCluster>();
       wait_full(stage, phase);
-      return smem_tile_id[stage];
+      return id;
     };
     // The tile of an id: the scheduler's, except (dynamic) after the first tile, where the
-    // producer has published it resolved with the id (the wait above covers both).
+    // producer has published it resolved (expert -1: no tile left).
     bool published = false;
     auto get_tile = [&](int id) {
       if (published) {
