@@ -226,7 +226,8 @@ struct Sm90GemmConfig {
   // auto-width kernel stores ends[] at kEndsOffset): the A and B rings, both warpgroups' staging
   // tiles, every stage's A scales (and kScalesInRing its B scale), the full and empty barriers,
   // the live scheduler's ends[] and tile_end[] (and lookup table), the resolved tiles published
-  // with their first k-blocks, and the hand-over of the activation epilogue (kFused) or the scheduler warp's.
+  // with their first k-blocks, and the hand-over of the activation epilogue (kFused) or the
+  // scheduler warp's.
   static constexpr int kBOffset = kStages * kABytes;
   static constexpr int kDOffset = kBOffset + kStages * kBBytes;
   static constexpr int kSfaOffset = kDOffset + 2 * kDBytes;
