@@ -8,7 +8,7 @@
     scripts/gemm-phases.py trace.txt            # TRACE=2 or 3: per-tile phases
     scripts/gemm-phases.py --kblocks trace.txt  # TRACE=4: the first k-blocks of one CTA
     scripts/gemm-phases.py --producer trace.txt # TRACE=5: the producer at tile changes
-    scripts/gemm-phases.py --epilogue trace.txt # TRACE=6: the bulk-store epilogue's steps
+    scripts/gemm-phases.py --epilogue trace.txt # TRACE=6: the bulk-store epilogue's steps and tile change
 
 The trace holds lines "case gemm cta slot ns" (src/gemm/sm90_fp8_grouped_gemm_1d2d.cuh):
   TRACE=2  math thread 0: slot 0 the CTA's entry, then six per tile (start, first k-block's data,
@@ -30,7 +30,10 @@ epilogue, the wait from the epilogue's end to the next tile's first data, with s
 first k-block (data -> first promotion) against the tile's mean k-block and the last promotion,
 and with TRACE=3 how long
 before the previous tile's last release the producer requested a tile's first k-block (its lead; a
-negative lead is a request after it) and how long that k-block took to arrive.
+negative lead is a request after it) and how long that k-block took to arrive. --epilogue (TRACE=6
+only: read without it, a TRACE=6 trace parses as six stamps per tile and gives meaningless
+figures) prints a bulk-store tile start to start, its first k-block, each epilogue step and the
+tile change after it, split at the next tile's start stamp (perf notes v43).
 """
 import sys
 from collections import defaultdict
@@ -111,9 +114,11 @@ def producer(path):
 
 
 def epilogue(path):
-    """TRACE=6: the bulk-store epilogue's steps per tile, and the wait for the next tile's data."""
-    names = ["k-loop", "last promotion", "bulk_wait_read", "barrier 1", "staged (stmatrix)",
-             "fence + barrier 2", "TMA stores issued", "end -> next tile's data"]
+    """TRACE=6: a bulk-store tile's phases, its epilogue's steps, and the tile change after it."""
+    names = ["tile, start to start", "start -> first data", "k-loop (data -> last released)",
+             "  of which first k-block", "last promotion", "bulk_wait_read", "barrier 1",
+             "staged (stmatrix)", "fence + barrier 2", "TMA stores issued", "end -> next tile's start",
+             "end -> next tile's data"]
     for (case, gemm), ctas in read(path).items():
         steps, copied = defaultdict(list), 0
         for stamps in ctas.values():
@@ -124,14 +129,18 @@ def epilogue(path):
                 if free == 1:
                     copied += 1
                     continue
-                for name, (a, b) in zip(names, [(data, released), (released, loop_end), (loop_end, free),
-                                                (free, b1), (b1, staged), (staged, b2), (b2, done)]):
+                for name, (a, b) in zip(names[1:10], [(start, data), (data, released), (data, promoted),
+                                                      (released, loop_end), (loop_end, free), (free, b1),
+                                                      (b1, staged), (staged, b2), (b2, done)]):
                     steps[name].append(b - a)
                 if i + 1 < tiles:
-                    steps[names[-1]].append(math[1 + 10 * (i + 1) + 1] - done)
-        print(f"{case} gemm{gemm}: {len(steps[names[0]])} bulk-store tiles ({copied} copied out, not counted)")
+                    next_start, next_data = math[1 + 10 * (i + 1)], math[1 + 10 * (i + 1) + 1]
+                    steps[names[0]].append(next_start - start)
+                    steps[names[-2]].append(next_start - done)
+                    steps[names[-1]].append(next_data - done)
+        print(f"{case} gemm{gemm}: {len(steps[names[1]])} bulk-store tiles ({copied} copied out, not counted)")
         for name in names:
-            print(f"  {name:24s} {fmt(steps[name])}")
+            print(f"  {name:32s} {fmt(steps[name])}")
 
 
 def kblocks(path, cta=5, count=40):
