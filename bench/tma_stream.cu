@@ -147,15 +147,35 @@ const char* promo_name(CUtensorMapL2promotion p) {
                                                                                               : "256B";
 }
 
+// Median microseconds of `reps` launches after two warm-up ones, CUDA events around each; `before`
+// runs ahead of each launch, outside the events (the L2 flush of a cold launch, or nothing).
+template <typename Before, typename Launch>
+fp8moe::bench::Stats time_launches(int reps, Before before, Launch launch) {
+  cudaEvent_t t0, t1;
+  BENCH_CUDA(cudaEventCreate(&t0));
+  BENCH_CUDA(cudaEventCreate(&t1));
+  std::vector<double> us;
+  for (int r = -2; r < reps; ++r) {
+    before();
+    BENCH_CUDA(cudaEventRecord(t0));
+    launch();
+    BENCH_CUDA(cudaEventRecord(t1));
+    BENCH_CUDA(cudaEventSynchronize(t1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+    if (r >= 0) us.push_back(ms * 1e3);
+  }
+  BENCH_CUDA(cudaEventDestroy(t0));
+  BENCH_CUDA(cudaEventDestroy(t1));
+  return fp8moe::bench::stats_of(us);
+}
+
 // --l2: the prefill GEMM's stages from L2-resident matrices (see the top of the file).
 int run_l2(int sms, int ctas_arg, int passes, int reps) {
   using namespace fp8moe;
   int* sink = nullptr;
   BENCH_CUDA(cudaMalloc(&sink, sizeof(int) * sms));
   BENCH_CUDA(cudaFuncSetAttribute(tma_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
   std::printf("commit %s, %d SMs, %d pass(es) per launch\n", bench::build_commit(), sms, passes);
   struct L2Variant {
     int bn, stages, a_rows;
@@ -212,17 +232,9 @@ int run_l2(int sms, int ctas_arg, int passes, int reps) {
         p.a_tiles = v.a_rows > 0 ? a_rows_total / v.a_rows : 0;
         p.passes = passes;
         p.priv_rows = priv ? 256 : 0;
-        std::vector<double> us;
-        for (int r = -2; r < reps; ++r) {  // warm: the matrices stay in L2 between launches
-          BENCH_CUDA(cudaEventRecord(t0));
-          tma_stream_kernel<<<ctas, 64, smem>>>(map_b, map_a, p, sink);
-          BENCH_CUDA(cudaEventRecord(t1));
-          BENCH_CUDA(cudaEventSynchronize(t1));
-          float ms = 0;
-          BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-          if (r >= 0) us.push_back(ms * 1e3);
-        }
-        const double t = bench::stats_of(us).median;
+        // Warm launches: the matrices stay in L2 between them.
+        const double t =
+            time_launches(reps, [] {}, [&] { tma_stream_kernel<<<ctas, 64, smem>>>(map_b, map_a, p, sink); }).median;
         const double bytes = double(p.num_tiles) * passes * kb * (b_bytes + v.a_rows * 128);
         std::printf("%5d %5d %6d %5d %8.1f %8.3f %10.1f\n", ctas, v.bn, v.stages, v.a_rows, t,
                     bytes / (t * 1e-6) / 1e12, bytes / ctas / (t * 1e-6) / 1e9);
@@ -291,25 +303,9 @@ int main(int argc, char** argv) {
   const size_t a_rows = 128 * kARows, a_cols = 7168;
   BENCH_CUDA(cudaMalloc(&a, a_rows * a_cols));
   bench::fill_random_fp8(a, a_rows * a_cols, 7);
-  cudaEvent_t t0, t1;
-  BENCH_CUDA(cudaEventCreate(&t0));
-  BENCH_CUDA(cudaEventCreate(&t1));
 
-  // Median microseconds of `reps` cold launches (after two warm-up ones), CUDA events around each.
-  auto time_cold = [&](auto launch) {
-    std::vector<double> us;
-    for (int r = -2; r < reps; ++r) {
-      flush.run(nullptr);
-      BENCH_CUDA(cudaEventRecord(t0));
-      launch();
-      BENCH_CUDA(cudaEventRecord(t1));
-      BENCH_CUDA(cudaEventSynchronize(t1));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-      if (r >= 0) us.push_back(ms * 1e3);
-    }
-    return bench::stats_of(us);
-  };
+  // Cold launches: the L2 flush before each.
+  auto time_cold = [&](auto launch) { return time_launches(reps, [&] { flush.run(nullptr); }, launch); };
   // What the event timing adds to any kernel (launch and drain), for reading the short shapes.
   std::printf("events around an empty kernel of the same grid: %.1f us\n",
               time_cold([&] { empty_kernel<<<sms, 64>>>(); }).median);
