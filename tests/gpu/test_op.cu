@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "fp8moe/fp8moe.hpp"
 #include "kernels/launch.cuh"
 #include "kernels/permute.cuh"
+#include "knobs/knobs.hpp"
 
 namespace {
 
@@ -218,7 +218,7 @@ void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
     ASSERT_EQ(st, fp8moe::Status::kSuccess) << fp8moe::last_error();
     const int padded_kernels = 6 + (fp8moe::kernels::metadata_ctas(shape.capacity, shape.top_k) > 1);
     // (FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER move the fusion rule: only its off switch is followed)
-    const bool knob_override = std::getenv("FP8MOE_GEMM_BLOCK_N") || std::getenv("FP8MOE_GEMM_CLUSTER");
+    const bool knob_override = fp8moe::knobs::gemm_block_n() != 0 || fp8moe::knobs::gemm_cluster() != 0;
     const bool fused = arm == 0 && live_fuses_act && !fp8moe::knobs::fused_act_off();
     if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused);
     CUDA_OK(cudaGraphInstantiate(&exec[arm], graph, 0));
