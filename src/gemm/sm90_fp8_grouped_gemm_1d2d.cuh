@@ -242,9 +242,9 @@ struct Sm90GemmConfig {
   static constexpr int kFusedOffset = (kTileInfoOffset + kStages * kTileInfoInts * 4 + 7) / 8 * 8;
   static constexpr int kFusedInfoInts = 4;
   // Not kFused, in the same place: the scheduler warp's `claim` and `ready` barriers and the tile it
-  // resolved (expert, first row, first column, row end, tall).
+  // resolved (TileInfo::publish: kTileInfoInts ints).
   static constexpr int kSchedOffset = kFusedOffset;
-  static constexpr int kSchedInfoInts = 5;
+  static constexpr int kSchedInfoInts = kTileInfoInts;
   static constexpr int kLayoutBytes =
       kFused ? kFusedOffset + 2 * 8 + kFusedInfoInts * 4 : kSchedOffset + 2 * 8 + kSchedInfoInts * 4;
   // +1024: the dynamic shared window is aligned up to the 1024 bytes the 128-byte swizzle needs.
@@ -523,11 +523,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           if (!first && dynamic) {
             ptx::mbar_wait(sched_ready(), ready_phase);
             ready_phase ^= 1u;
-            const int32_t* q = sched_info();
-            t.expert = q[0], t.m_row = q[1], t.n_col = q[2], t.row_end = q[3];
-            if constexpr (kTall) t.tall = q[4] != 0;
-            t.set_live_halves();
-            return t.expert >= 0;
+            return t.read_published<kTall>(sched_info());
           }
           first = false;
         }
@@ -563,9 +559,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             if (kb == 0) trace_producer(tiles, 1);
 #endif
             if (dynamic && kb == 0) {  // published by the arrive below
-              int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
-              info[0] = t.expert, info[1] = t.m_row, info[2] = t.n_col, info[3] = t.row_end;
-              if constexpr (kTall) info[4] = kTallTile;
+              t.publish<kTall>(smem_tile_info + Cfg::kTileInfoInts * stage, kTallTile);
             }
             if (FP8MOE_GEMM_ABLATE == 3) {
               ptx::mbar_arrive_n(&full[stage], Cfg::kFullArrivals);
@@ -669,8 +663,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           for (uint32_t ph = 0;; ph ^= 1u) {
             ptx::mbar_wait(sched_claim(), ph);
             const bool ok = own.get(claim(), t);
-            int32_t* q = sched_info();
-            q[0] = ok ? t.expert : -1, q[1] = t.m_row, q[2] = t.n_col, q[3] = t.row_end, q[4] = t.tall;
+            if (!ok) t.expert = -1;
+            t.publish<kTall>(sched_info(), t.tall);
             ptx::mbar_arrive(sched_ready());
             if (!ok) break;
           }
@@ -755,11 +749,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     bool published = false;
     auto get_tile = [&](int id) {
       if (published) {
-        const int32_t* info = smem_tile_info + Cfg::kTileInfoInts * stage;
-        t.expert = info[0], t.m_row = info[1], t.n_col = info[2], t.row_end = info[3];
-        if constexpr (kTall) t.tall = info[4] != 0;
-        t.set_live_halves();
-        return t.expert >= 0;
+        return t.read_published<kTall>(smem_tile_info + Cfg::kTileInfoInts * stage);
       }
       published = dynamic && FP8MOE_GEMM_ABLATE != 8;
       return scheduler.get(id, t);

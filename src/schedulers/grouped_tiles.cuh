@@ -83,6 +83,22 @@ struct TileInfo {
     live_half[0] = m_row < row_end;
     live_half[1] = m_row + layout::kTileM / 2 < row_end;
   }
+  // The tile as a GEMM hands it between its warps in shared memory: expert (-1: no tile left),
+  // first row, first column, row end and, kTall, the tall flag (`is_tall`: where the writer knows
+  // it at compile time, so that it stores a constant).
+  template <bool kTall>
+  FP8MOE_HD void publish(int32_t* q, bool is_tall) const {
+    q[0] = expert, q[1] = m_row, q[2] = n_col, q[3] = row_end;
+    if (kTall) q[4] = is_tall;
+  }
+  // The tile publish() wrote, with its live halves; false at the end of the tiles.
+  template <bool kTall>
+  FP8MOE_HD bool read_published(const int32_t* q) {
+    expert = q[0], m_row = q[1], n_col = q[2], row_end = q[3];
+    if (kTall) tall = q[4] != 0;
+    set_live_halves();
+    return expert >= 0;
+  }
 };
 
 // Local tile id inside a group of num_m x num_n tiles -> (m, n), band-rasterised. In 32 bits
