@@ -7,7 +7,7 @@
 //
 //   fp8moe-gemm-bench [--samples N] [--json PATH] [--preset NAME] [--case C/T]... [--gemm 1|2]
 //                     [--schedule both|live|padded] [--no-ceilings] [--trace PATH] [--flush write|clean]
-//                     [--data codes|normal] [--routing uniform|balanced]
+//                     [--data codes|normal] [--routing uniform|balanced] [--pad-rows random|zero]
 // --schedule live|padded times one arm only (profiling, power sampling); the bitwise comparison
 // of the arms needs both. --trace (timeline builds, -DFP8MOE_GEMM_TRACE=1..5) appends one cold-L2
 // live run's per-CTA timeline to PATH as lines "case gemm cta slot ns". --flush clean: samples
@@ -19,6 +19,9 @@
 // --routing balanced: every expert gets T * k / E rows (the first T * k % E experts one more)
 // instead of uniform random top-k routing's counts, so an expert ends in a partial M-tile only
 // where T * k / E is not a multiple of 128 (analysis: what the random counts' last tiles cost).
+// --pad-rows zero: A's rows between an expert's last row and the next expert's first (the padding
+// rows a partial M-tile multiplies but never stores) hold zeros instead of random codes, as in a
+// workspace no live row has used yet (analysis: what those rows' bits cost at the power limit).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   std::string json_path, trace_path, preset_name = "deepseek-v3-ep8";
   bench::FlushMode flush_mode = bench::FlushMode::kWrite;
-  bool normal_data = false, balanced = false;
+  bool normal_data = false, balanced = false, zero_pad_rows = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--samples" && i + 1 < argc) samples = std::atoi(argv[++i]);
@@ -84,6 +87,8 @@ int main(int argc, char** argv) {
     else if (a == "--routing" && i + 1 < argc &&
              (!std::strcmp(argv[i + 1], "uniform") || !std::strcmp(argv[i + 1], "balanced")))
       balanced = !std::strcmp(argv[++i], "balanced");
+    else if (a == "--pad-rows" && i + 1 < argc && (!std::strcmp(argv[i + 1], "random") || !std::strcmp(argv[i + 1], "zero")))
+      zero_pad_rows = !std::strcmp(argv[++i], "zero");
     else if (a == "--schedule" && i + 1 < argc &&
              (!std::strcmp(argv[i + 1], "both") || !std::strcmp(argv[i + 1], "live") ||
               !std::strcmp(argv[i + 1], "padded"))) {
@@ -99,7 +104,7 @@ int main(int argc, char** argv) {
       std::printf("usage: %s [--samples N] [--json PATH] [--preset deepseek-v3-ep8|qwen3-30b-a3b|qwen3-235b-a22b]\n"
                   "          [--case CAPACITY/TOKENS]... [--gemm 1|2] [--schedule both|live|padded]\n"
                   "          [--no-ceilings] [--trace PATH] [--flush write|clean] [--data codes|normal]\n"
-                  "          [--routing uniform|balanced]\n",
+                  "          [--routing uniform|balanced] [--pad-rows random|zero]\n",
                   argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -232,6 +237,11 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMalloc(&d_live, m_cap * n * 2));
       BENCH_CUDA(cudaMalloc(&d_pad, m_cap * n * 2));
       fill_fp8(a, m_cap * k, 5 + g, fp8moe::test::kActGroupSigma);
+      if (zero_pad_rows)
+        for (int e = 0; e < E; ++e) {
+          const int64_t next = e + 1 < E ? layout::expert_start(ends.data(), e + 1) : m_cap;
+          if (next > ends[e]) BENCH_CUDA(cudaMemset(a + ends[e] * k, 0, (next - ends[e]) * k));
+        }
       bench::fill_random_f32(as, scale_bytes / 4, 7 + g, 1e-3f, 1e-2f);
       gemm::GroupedGemmArgs args;
       args.a = a;

@@ -14,7 +14,9 @@
 //     is promoted on the CUDA cores (out += (scale_a[row] * scale_b) * acc, every 128 K); a stage
 //     is released (`empty`) as soon as both halves have read it. 256-wide tiles run four
 //     64-column quarters instead, two in flight (the same registers). A 64-row half with no live
-//     row skips its math.
+//     row skips its math; in the live 256-wide kernels, a half with 1..48 live rows swaps the
+//     operands (the weights as wgmma's M side, its rows rounded up to 16 as N), computes and
+//     stores itself at the epilogue with its own registers, bit-identical to the 64-row form.
 //   Epilogue, per math warpgroup: BF16 fragments -> stmatrix into a shared staging tile (128-byte
 //     swizzle) -> global memory. The 192- and 256-wide kernels stage a warpgroup's whole tile and
 //     hands it to TMA stores when all 64 rows are live, then goes straight on to the next tile;
@@ -70,7 +72,9 @@
 //   math warpgroups compute a static share of the tiles on whatever the ring holds, their waits
 //   for data going to a barrier that never changes phase, releasing no stage (are the two slower
 //   together than alone?), 9 a tall tile's rows past 128 cost no tensor work (their wgmma group is
-//   left empty: the most that computing fewer padded rows there could save). The math-bearing
+//   left empty: the most that computing fewer padded rows there could save), 10 a 64-row half
+//   with fewer than 64 live rows gets no math (wrong results: the most that computing no padded
+//   row of a partial half could save, e.g. with swapped operands). The math-bearing
 //   builds (3, 4, 8, 9) must keep the wgmma pipelined: the codegen check fails on ptxas' C75xx
 //   notes for them too.
 #ifndef FP8MOE_GEMM_ABLATE
@@ -95,6 +99,12 @@
 // write 1 in those four slots instead).
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
+#endif
+// A live 256-wide tile's partial 64-row half (1..48 live rows) is computed with swapped operands:
+// 16, 32 or 48 rows instead of 64 (perf notes v44). -DFP8MOE_GEMM_SWAP_TAIL=0 computes all 64, as
+// before (investigation: the same kernels without the swapped path, instruction for instruction).
+#ifndef FP8MOE_GEMM_SWAP_TAIL
+#define FP8MOE_GEMM_SWAP_TAIL 1
 #endif
 #ifndef FP8MOE_GEMM_TRACE_THREAD
 #define FP8MOE_GEMM_TRACE_THREAD 0
@@ -731,6 +741,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       }
     };
     const uint32_t a_desc_offset = warpgroup * 64 * 128;
+    // Partial 64-row halves with swapped operands (FP8MOE_GEMM_SWAP_TAIL): the live 256-wide kernels.
+    constexpr bool kSwapTail = FP8MOE_GEMM_SWAP_TAIL != 0 && kLive && kBlockN == 256 && !kPairM;
     sched::TileInfo t;
 #if FP8MOE_GEMM_TRACE
     int traced = 0, data_stamps = 0;
@@ -772,7 +784,12 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       const bool col_split = kLive && kBlockN == 128 && FP8MOE_GEMM_ABLATE != 2 && !t.live_half[1] &&
                              t.row_end - t.m_row > a_box_rows(2);
       const bool live =
-          col_split || (FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]));
+          col_split || (FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]) &&
+                        (FP8MOE_GEMM_ABLATE != 10 || t.m_row + 64 * (warpgroup + 1) <= t.row_end));
+      // kSwapTail: this warpgroup's half, with 1..48 live rows, is computed with swapped operands
+      // (below, at the epilogue): its rows rounded up to 16 (else 0).
+      const int half_rows = t.row_end - t.m_row - 64 * warpgroup;
+      const int swapped_rows = kSwapTail && live && half_rows < 49 ? (half_rows + 15) / 16 * 16 : 0;
       float out[2 * Half::kAccum];
 #pragma unroll
       for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
@@ -851,7 +868,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           }
         };
 
-        if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
+        if (kSwapTail && swapped_rows > 0) {
+          // computed and stored at the epilogue (its own registers: beside the quarter loop's
+          // accumulators, ptxas spilled both loops)
+        } else if (col_split) {  // this warpgroup: rows [0, 64), columns [64 * warpgroup, +64)
           const int row = row_in_tile - 64 * warpgroup;
           float acc[Half::kAccum];
           for (int kb = 0; kb < kblocks(p); ++kb) {
@@ -1162,6 +1182,108 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
         }
       };
+      if (kSwapTail && swapped_rows > 0) {
+        // A partial 64-row half with swapped operands: the tensor cores compute R = swapped_rows
+        // (16, 32 or 48) rows instead of 64. Each 64-column quarter q is D^T[64 columns, R rows] =
+        // B[64 q.., K] x A[R rows, K]^T (m64nRk32, the weights as the M side), two quarters (one
+        // B-scale block) per k-block step, promoted with the products the quarter loop uses (the
+        // row's A scale x the quarter's B scale), so the rows come out bit-identical. Fragment
+        // element i = 4c + 2h + j of quarter q (o[q * R / 2 + i]) is column 16 warp + lane / 4 + 8h
+        // of the quarter and row 8c + 2 (lane % 4) + j; stmatrix .trans stages it as D's layout.
+        auto swapped = [&](auto r_tag) {
+          constexpr int R = decltype(r_tag)::value;
+          using Mma = ptx::WgmmaE4M3<R>;
+          constexpr int kAcc = Mma::kAccum;
+          float o[4 * kAcc], acc0[kAcc], acc1[kAcc];
+          // The tile's two B-scale blocks, as the k-loops' sb_lo / sb_hi (256 wide: never clamped).
+          const int n128 = kFusedAct ? t.n_col / 256 : t.n_col / 128;
+          const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
+          const float* sb_lo = p.b_scale + (expert_scales + n128) * kblocks(p);
+          const float* sb_hi = p.b_scale + (expert_scales + n128 + (kFusedAct ? num_n128 / 2 : 1)) * kblocks(p);
+#pragma unroll
+          for (int i = 0; i < 4 * kAcc; ++i) o[i] = 0.0f;
+          auto fence_acc = [&] {
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc0[i]), ptx::fence_operand(acc1[i]);
+          };
+          for (int kb = 0; kb < kblocks(p); ++kb) {
+            const float sb = __ldg(sb_lo + kb), sb2 = __ldg(sb_hi + kb);
+            wait_full(stage, phase);
+            float sa[R / 4];  // the A scales of rows 8c + 2 (lane % 4) + j
+#pragma unroll
+            for (int c = 0; c < R / 8; ++c)
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+                sa[2 * c + j] = smem_sfa[stage * Cfg::kSfaRows + 64 * warpgroup + 8 * c + 2 * (lane % 4) + j];
+            const uint64_t desc_w = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
+            const uint64_t desc_r = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_desc_offset);
+#pragma unroll
+            for (int g = 0; g < 2; ++g) {  // quarters 2g, 2g + 1
+              fence_acc();
+              ptx::wgmma_fence();
+#pragma unroll
+              for (int k = 0; k < Cfg::kBlockK / 32; ++k)
+                Mma::mma(acc0, ptx::smem_desc_advance(desc_w, 512 * (2 * g) + 2 * k), ptx::smem_desc_advance(desc_r, 2 * k),
+                         k > 0);
+#pragma unroll
+              for (int k = 0; k < Cfg::kBlockK / 32; ++k)
+                Mma::mma(acc1, ptx::smem_desc_advance(desc_w, 512 * (2 * g + 1) + 2 * k),
+                         ptx::smem_desc_advance(desc_r, 2 * k), k > 0);
+              ptx::wgmma_commit();
+              ptx::wgmma_wait<0>();
+              fence_acc();
+              if (g == 1) release(stage);
+#pragma unroll
+              for (int i = 0; i < kAcc; ++i) {
+                const float s = __fmul_rn(sa[2 * (i / 4) + i % 2], g == 0 ? sb : sb2);
+                o[2 * g * kAcc + i] = __fmaf_rn(s, acc0[i], o[2 * g * kAcc + i]);
+                o[(2 * g + 1) * kAcc + i] = __fmaf_rn(s, acc1[i], o[(2 * g + 1) * kAcc + i]);
+              }
+            }
+            advance();
+          }
+          // Quarter h into a staging tile (64 rows x 64 columns): 8 x 8 blocks transposed.
+          auto stage_quarter = [&](int h, uint8_t* dst) {
+            auto pack = [&](int q) {
+              const __nv_bfloat162 v = __floats2bfloat162_rn(o[h * kAcc + q], o[h * kAcc + q + 1]);
+              return *reinterpret_cast<const uint32_t*>(&v);
+            };
+#pragma unroll
+            for (int c = 0; c < R / 8; c += 2) {  // row blocks c and c + 1 (or c alone, the last of R = 48... 16)
+              const int c2 = c + 1 < R / 8 ? c + 1 : c;
+              const int r = 8 * (lane / 16 ? c2 : c) + lane % 8;
+              ptx::stmatrix_x4_trans(dst + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c), pack(4 * c + 2),
+                                     pack(4 * c2), pack(4 * c2 + 2));
+            }
+          };
+          if constexpr (kFusedAct) {
+            fused_hand_over([&] {
+#pragma unroll
+              for (int h = 0; h < 4; ++h) stage_quarter(h, tile_d + h * 8192);
+            });
+          } else {
+            if (Cfg::kBulkStore && store_leader) ptx::bulk_wait_read<0>();  // the staging tile is free
+            __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
+#pragma unroll
+            for (int h = 0; h < 4; ++h) {
+              ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous quarter out
+              stage_quarter(h, tile_d);
+              ptx::named_barrier(1 + warpgroup, 128);
+              copy_out(tile_d, d_rows + 64 * h, rows_to_store);
+            }
+          }
+        };
+        if (swapped_rows == 16) swapped(std::integral_constant<int, 16>{});
+        else if (swapped_rows == 32) swapped(std::integral_constant<int, 32>{});
+        else swapped(std::integral_constant<int, 48>{});
+#if FP8MOE_GEMM_TRACE >= 2  // a tile's stamps as the quarter loop leaves them, all at its end (1: no bulk store)
+        for (int i = 0; i < 4; ++i) trace_time(traced++);
+        if (FP8MOE_GEMM_TRACE == 6 && !kFusedAct)
+          for (int i = 0; i < 4; ++i) trace_time(traced++, 1);
+        trace_time(traced++);
+#endif
+        continue;
+      }
       if constexpr (kFusedAct) {  // the tile's BF16 values (Y1's bits) to the activation epilogue
         fused_hand_over([&] {
 #pragma unroll

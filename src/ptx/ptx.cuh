@@ -222,6 +222,14 @@ __device__ __forceinline__ void stmatrix_x4(void* row_addr, uint32_t r0, uint32_
                : "memory");
 }
 
+// The same with .trans: each 8x8 matrix is stored transposed (register j of lane l holds elements
+// (l / 4, 2 * (l % 4) + {0, 1}) of matrix j; they land in column l / 4 of rows 2 * (l % 4) + {0, 1}).
+__device__ __forceinline__ void stmatrix_x4_trans(void* row_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Shared-memory matrix descriptor for a K-major tile stored with the 128-byte swizzle as TMA
 // writes it: rows of 128 bytes, 8-row (1024-byte) swizzle atoms stacked along M/N.
 __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(const void* tile) {
@@ -260,6 +268,45 @@ struct WgmmaE4M3;
 #define FP8MOE_WGMMA_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define FP8MOE_WGMMA_D16(i) \
   FP8MOE_WGMMA_D4(i), FP8MOE_WGMMA_D4(i + 4), FP8MOE_WGMMA_D4(i + 8), FP8MOE_WGMMA_D4(i + 12)
+
+// Narrow N, for swapped operands (a few rows of A as the N side): 16, 32, 48.
+template <>
+struct WgmmaE4M3<16> {
+  static constexpr int kAccum = 8;
+  __device__ __forceinline__ static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+                 : FP8MOE_WGMMA_D4(0), FP8MOE_WGMMA_D4(4)
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
+
+template <>
+struct WgmmaE4M3<32> {
+  static constexpr int kAccum = 16;
+  __device__ __forceinline__ static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+                 FP8MOE_WGMMA_R0
+                 "}, %16, %17, p, 1, 1;\n}\n"
+                 : FP8MOE_WGMMA_D16(0)
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
+
+template <>
+struct WgmmaE4M3<48> {
+  static constexpr int kAccum = 24;
+  __device__ __forceinline__ static void mma(float (&d)[24], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %26, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {"
+                 FP8MOE_WGMMA_R0 ", %16, %17, %18, %19, %20, %21, %22, %23"
+                 "}, %24, %25, p, 1, 1;\n}\n"
+                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D4(16), FP8MOE_WGMMA_D4(20)
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
 
 template <>
 struct WgmmaE4M3<64> {

@@ -4,10 +4,11 @@
 #    e.g. a wgmma committed and waited for in different branches silently costs ~25%);
 #  - the default (single-CTA) kernels must not use local memory: the math warpgroups run at their
 #    register budget, and a spill or a run-time-indexed accumulator array lands in the k-loop;
-#  - the investigation builds (FP8MOE_GEMM_ABLATE=2|3|4|8|9, FP8MOE_GEMM_TRACE=1 with the GEMM bench's
+#  - the investigation builds (FP8MOE_GEMM_ABLATE=2|3|4|8|9|10, FP8MOE_GEMM_SWAP_TAIL=0,
+#    FP8MOE_GEMM_TRACE=1 with the GEMM bench's
 #    timeline dump, =2 with six times per tile, =3, =4 and =5 with the producer's stamps, =6 with the
 #    epilogue's steps) still compile, so a profiling session does not start by repairing them; and
-#    the ablations that keep the math (3, 4, 8, 9) keep it pipelined too (no C75xx), or their times
+#    the builds that keep the math (ablations 3, 4, 8, 9, 10; SWAP_TAIL=0) keep it pipelined too (no C75xx), or their times
 #    describe another loop (perf notes v25: v24's decoupled build had serialised wgmma).
 #   check_gemm_codegen.sh NVCC SOURCE_DIR
 set -euo pipefail
@@ -64,11 +65,12 @@ check_build() {  # FLAG FILE PTXAS: "PASS" or the reason in $jobs_dir/<n>.log
 }
 n=0
 for flag in -DFP8MOE_GEMM_ABLATE=2 -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8 -DFP8MOE_GEMM_ABLATE=9 \
+  -DFP8MOE_GEMM_ABLATE=10 -DFP8MOE_GEMM_SWAP_TAIL=0 \
   -DFP8MOE_GEMM_TRACE=1 -DFP8MOE_GEMM_TRACE=2 -DFP8MOE_GEMM_TRACE=3 -DFP8MOE_GEMM_TRACE=4 -DFP8MOE_GEMM_TRACE=5 -DFP8MOE_GEMM_TRACE=6; do
   for file in src/gemm/sm90_fp8_grouped_gemm_1d2d.cu bench/gemm_bench.cu; do
-    [[ $flag == *ABLATE* && $file == bench/* ]] && continue
+    [[ ($flag == *ABLATE* || $flag == *SWAP_TAIL*) && $file == bench/* ]] && continue
     ptxas=0
-    [[ $flag == *ABLATE=[3489] ]] && ptxas=1  # the ablations that keep the math
+    [[ $flag == *ABLATE=[3489] || $flag == *ABLATE=10 || $flag == *SWAP_TAIL* ]] && ptxas=1  # the builds that keep the math
     while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
     check_build "$flag" "$file" "$ptxas" >"$jobs_dir/$n.log" 2>&1 &
     n=$((n + 1))

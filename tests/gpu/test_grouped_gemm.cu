@@ -343,6 +343,20 @@ TEST(Sm90GroupedGemm, WideTilesMatchPadded) {
   check_case({2048, 768, counts, 1, GemmCluster::kAuto, 256});
 }
 
+// A 256-wide live tile's 64-row half with 1..48 live rows is computed with swapped operands (the
+// weights as wgmma's M side, the rows rounded up to 16, 32 or 48 as N) and stored from a
+// transposed fragment: every row count of a half around those buckets (the first half alone,
+// the second half after 64 full rows, and an expert's third tile), at GEMM2's and GEMM1's
+// Qwen3-30B shapes: equal to the reference and bit-identical to the padded baseline (64-row
+// halves, 128 wide), nothing written past an expert's rows.
+TEST(Sm90GroupedGemm, SwappedPartialHalvesMatchPadded) {
+  FP8MOE_REQUIRE_SM90();
+  const std::vector<int32_t> counts = {1,  15, 16, 17, 31, 32, 33, 47, 48,  49,  63,  64,
+                                       65, 80, 81, 96, 97, 112, 113, 127, 128, 304, 273, 0};
+  check_case({2048, 768, counts, 1, GemmCluster::kAuto, 256});
+  check_case({1536, 2048, counts, 1, GemmCluster::kAuto, 256});
+}
+
 // GEMM1 with the activation + quantization in its epilogue (GroupedGemmArgs::fused_act, 128 gate +
 // 128 up columns per 256-wide tile): A2 and its scales must be exactly what act_quant writes from
 // the unfused kernel's Y1 (the same tiles at 256 wide), for both activations and both SM90 scale
