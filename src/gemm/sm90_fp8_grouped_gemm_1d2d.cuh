@@ -14,8 +14,8 @@
 //     is promoted on the CUDA cores (out += (scale_a[row] * scale_b) * acc, every 128 K); a stage
 //     is released (`empty`) as soon as both halves have read it. 256-wide tiles run four
 //     64-column quarters instead, two in flight (the same registers). A 64-row half with no live
-//     row skips its math; in the live 192- and 256-wide kernels, a half with 1..56 live rows swaps
-//     the operands (the weights as wgmma's M side, its rows rounded up to 8 as N), computes and
+//     row skips its math; in the live 256-wide kernels, a half with 1..48 live rows swaps the
+//     operands (the weights as wgmma's M side, its rows rounded up to 16 as N), computes and
 //     stores itself at the epilogue with its own registers, bit-identical to the 64-row form.
 //   Epilogue, per math warpgroup: BF16 fragments -> stmatrix into a shared staging tile (128-byte
 //     swizzle) -> global memory. The 192- and 256-wide kernels stage a warpgroup's whole tile and
@@ -100,8 +100,8 @@
 #ifndef FP8MOE_GEMM_TRACE
 #define FP8MOE_GEMM_TRACE 0
 #endif
-// A live 192- or 256-wide tile's partial 64-row half (1..56 live rows) is computed with swapped
-// operands: its rows rounded up to 8 instead of 64 (perf notes v44). -DFP8MOE_GEMM_SWAP_TAIL=0 computes all 64, as
+// A live 256-wide tile's partial 64-row half (1..48 live rows) is computed with swapped operands:
+// 16, 32 or 48 rows instead of 64 (perf notes v44). -DFP8MOE_GEMM_SWAP_TAIL=0 computes all 64, as
 // before (investigation: the same kernels without the swapped path, instruction for instruction).
 #ifndef FP8MOE_GEMM_SWAP_TAIL
 #define FP8MOE_GEMM_SWAP_TAIL 1
@@ -741,10 +741,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       }
     };
     const uint32_t a_desc_offset = warpgroup * 64 * 128;
-    // Partial 64-row halves with swapped operands (FP8MOE_GEMM_SWAP_TAIL): the live 256-wide kernels
-    // and the single-CTA 192-wide ones (tall tiles have no partial half).
-    constexpr bool kSwapTail = FP8MOE_GEMM_SWAP_TAIL != 0 && kLive && !kPairM &&
-                               (kBlockN == 256 || (kBlockN == 192 && kCluster == 1));
+    // Partial 64-row halves with swapped operands (FP8MOE_GEMM_SWAP_TAIL): the live 256-wide kernels.
+    constexpr bool kSwapTail = FP8MOE_GEMM_SWAP_TAIL != 0 && kLive && kBlockN == 256 && !kPairM;
     sched::TileInfo t;
 #if FP8MOE_GEMM_TRACE
     int traced = 0, data_stamps = 0;
@@ -788,10 +786,10 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       const bool live =
           col_split || (FP8MOE_GEMM_ABLATE != 2 && (warpgroup == 0 ? t.live_half[0] : t.live_half[1]) &&
                         (FP8MOE_GEMM_ABLATE != 10 || t.m_row + 64 * (warpgroup + 1) <= t.row_end));
-      // kSwapTail: this warpgroup's half, with 1..56 live rows, is computed with swapped operands
-      // (below, at the epilogue): its rows rounded up to 8 (else 0).
+      // kSwapTail: this warpgroup's half, with 1..48 live rows, is computed with swapped operands
+      // (below, at the epilogue): its rows rounded up to 16 (else 0).
       const int half_rows = t.row_end - t.m_row - 64 * warpgroup;
-      const int swapped_rows = kSwapTail && live && half_rows <= 56 ? (half_rows + 7) / 8 * 8 : 0;
+      const int swapped_rows = kSwapTail && live && half_rows < 49 ? (half_rows + 15) / 16 * 16 : 0;
       float out[2 * Half::kAccum];
 #pragma unroll
       for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
@@ -1186,9 +1184,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       };
       if (kSwapTail && swapped_rows > 0) {
         // A partial 64-row half with swapped operands: the tensor cores compute R = swapped_rows
-        // (8, 16, .. 56) rows instead of 64. Each 64-column quarter q is D^T[64 columns, R rows] =
-        // B[64 q.., K] x A[R rows, K]^T (m64nRk32, the weights as the M side), two quarters (a
-        // 192-wide tile's third alone) per k-block step, promoted with the products the quarter loop uses (the
+        // (16, 32 or 48) rows instead of 64. Each 64-column quarter q is D^T[64 columns, R rows] =
+        // B[64 q.., K] x A[R rows, K]^T (m64nRk32, the weights as the M side), two quarters (one
+        // B-scale block) per k-block step, promoted with the products the quarter loop uses (the
         // row's A scale x the quarter's B scale), so the rows come out bit-identical. Fragment
         // element i = 4c + 2h + j of quarter q (o[q * R / 2 + i]) is column 16 warp + lane / 4 + 8h
         // of the quarter and row 8c + 2 (lane % 4) + j; stmatrix .trans stages it as D's layout.
@@ -1196,18 +1194,14 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           constexpr int R = decltype(r_tag)::value;
           using Mma = ptx::WgmmaE4M3<R>;
           constexpr int kAcc = Mma::kAccum;
-          constexpr int kQ = kBlockN / 64;  // 64-column quarters (a 192-wide tile: three)
-          float o[kQ * kAcc], acc0[kAcc], acc1[kAcc];
-          // The tile's two B-scale blocks, as the k-loops' sb_lo / sb_hi; columns [0, split) take
-          // the first (a 192-wide tile may straddle two at 64).
+          float o[4 * kAcc], acc0[kAcc], acc1[kAcc];
+          // The tile's two B-scale blocks, as the k-loops' sb_lo / sb_hi (256 wide: never clamped).
           const int n128 = kFusedAct ? t.n_col / 256 : t.n_col / 128;
-          const int split = kBlockN == 256 ? 128 : 128 - t.n_col % 128;  // (256 wide: 256-aligned)
           const int64_t expert_scales = static_cast<int64_t>(t.expert) * num_n128;
-          const int n128_hi = kFusedAct ? n128 + num_n128 / 2 : kBlockN == 256 || n128 + 1 < num_n128 ? n128 + 1 : n128;
           const float* sb_lo = p.b_scale + (expert_scales + n128) * kblocks(p);
-          const float* sb_hi = p.b_scale + (expert_scales + n128_hi) * kblocks(p);
+          const float* sb_hi = p.b_scale + (expert_scales + n128 + (kFusedAct ? num_n128 / 2 : 1)) * kblocks(p);
 #pragma unroll
-          for (int i = 0; i < kQ * kAcc; ++i) o[i] = 0.0f;
+          for (int i = 0; i < 4 * kAcc; ++i) o[i] = 0.0f;
           auto fence_acc = [&] {
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc0[i]), ptx::fence_operand(acc1[i]);
@@ -1224,30 +1218,26 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             const uint64_t desc_w = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
             const uint64_t desc_r = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_desc_offset);
 #pragma unroll
-            for (int g = 0; 2 * g < kQ; ++g) {  // quarters 2g and (if any) 2g + 1
-              const bool pair = 2 * g + 1 < kQ;
+            for (int g = 0; g < 2; ++g) {  // quarters 2g, 2g + 1
               fence_acc();
               ptx::wgmma_fence();
 #pragma unroll
               for (int k = 0; k < Cfg::kBlockK / 32; ++k)
                 Mma::mma(acc0, ptx::smem_desc_advance(desc_w, 512 * (2 * g) + 2 * k), ptx::smem_desc_advance(desc_r, 2 * k),
                          k > 0);
-              if (pair) {
 #pragma unroll
-                for (int k = 0; k < Cfg::kBlockK / 32; ++k)
-                  Mma::mma(acc1, ptx::smem_desc_advance(desc_w, 512 * (2 * g + 1) + 2 * k),
-                           ptx::smem_desc_advance(desc_r, 2 * k), k > 0);
-              }
+              for (int k = 0; k < Cfg::kBlockK / 32; ++k)
+                Mma::mma(acc1, ptx::smem_desc_advance(desc_w, 512 * (2 * g + 1) + 2 * k),
+                         ptx::smem_desc_advance(desc_r, 2 * k), k > 0);
               ptx::wgmma_commit();
               ptx::wgmma_wait<0>();
               fence_acc();
-              if (2 * g + 2 >= kQ) release(stage);
-              const float sb0 = 128 * g < split ? sb : sb2, sb1 = 128 * g + 64 < split ? sb : sb2;
+              if (g == 1) release(stage);
 #pragma unroll
               for (int i = 0; i < kAcc; ++i) {
-                const float sa_i = sa[2 * (i / 4) + i % 2];
-                o[2 * g * kAcc + i] = __fmaf_rn(__fmul_rn(sa_i, sb0), acc0[i], o[2 * g * kAcc + i]);
-                if (pair) o[(2 * g + 1) * kAcc + i] = __fmaf_rn(__fmul_rn(sa_i, sb1), acc1[i], o[(2 * g + 1) * kAcc + i]);
+                const float s = __fmul_rn(sa[2 * (i / 4) + i % 2], g == 0 ? sb : sb2);
+                o[2 * g * kAcc + i] = __fmaf_rn(s, acc0[i], o[2 * g * kAcc + i]);
+                o[(2 * g + 1) * kAcc + i] = __fmaf_rn(s, acc1[i], o[(2 * g + 1) * kAcc + i]);
               }
             }
             advance();
@@ -1259,7 +1249,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               return *reinterpret_cast<const uint32_t*>(&v);
             };
 #pragma unroll
-            for (int c = 0; c < R / 8; c += 2) {  // row blocks c and c + 1 (c alone, twice, when R / 8 is odd)
+            for (int c = 0; c < R / 8; c += 2) {  // row blocks c and c + 1 (or c alone, the last of R = 48... 16)
               const int c2 = c + 1 < R / 8 ? c + 1 : c;
               const int r = 8 * (lane / 16 ? c2 : c) + lane % 8;
               ptx::stmatrix_x4_trans(dst + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c), pack(4 * c + 2),
@@ -1269,14 +1259,13 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           if constexpr (kFusedAct) {
             fused_hand_over([&] {
 #pragma unroll
-              for (int h = 0; h < kQ; ++h) stage_quarter(h, tile_d + h * 8192);
+              for (int h = 0; h < 4; ++h) stage_quarter(h, tile_d + h * 8192);
             });
           } else {
             if (Cfg::kBulkStore && store_leader) ptx::bulk_wait_read<0>();  // the staging tile is free
             __nv_bfloat16* d_rows = p.d + static_cast<int64_t>(t.m_row + row_base) * p.n + t.n_col;
 #pragma unroll
-            for (int h = 0; h < kQ; ++h) {
-              if (t.n_col + 64 * h >= p.n) break;      // a partial last tile (192 wide)
+            for (int h = 0; h < 4; ++h) {
               ptx::named_barrier(1 + warpgroup, 128);  // everyone has copied the previous quarter out
               stage_quarter(h, tile_d);
               ptx::named_barrier(1 + warpgroup, 128);
@@ -1284,15 +1273,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             }
           }
         };
-        switch (swapped_rows) {
-          case 8: swapped(std::integral_constant<int, 8>{}); break;
-          case 16: swapped(std::integral_constant<int, 16>{}); break;
-          case 24: swapped(std::integral_constant<int, 24>{}); break;
-          case 32: swapped(std::integral_constant<int, 32>{}); break;
-          case 40: swapped(std::integral_constant<int, 40>{}); break;
-          case 48: swapped(std::integral_constant<int, 48>{}); break;
-          default: swapped(std::integral_constant<int, 56>{}); break;
-        }
+        if (swapped_rows == 16) swapped(std::integral_constant<int, 16>{});
+        else if (swapped_rows == 32) swapped(std::integral_constant<int, 32>{});
+        else swapped(std::integral_constant<int, 48>{});
 #if FP8MOE_GEMM_TRACE >= 2  // a tile's stamps as the quarter loop leaves them, all at its end (1: no bulk store)
         for (int i = 0; i < 4; ++i) trace_time(traced++);
         if (FP8MOE_GEMM_TRACE == 6 && !kFusedAct)

@@ -269,56 +269,7 @@ struct WgmmaE4M3;
 #define FP8MOE_WGMMA_D16(i) \
   FP8MOE_WGMMA_D4(i), FP8MOE_WGMMA_D4(i + 4), FP8MOE_WGMMA_D4(i + 8), FP8MOE_WGMMA_D4(i + 12)
 
-// Narrow N, for swapped operands (a few rows of A as the N side): 8 .. 56.
-template <>
-struct WgmmaE4M3<8> {
-  static constexpr int kAccum = 4;
-  __device__ __forceinline__ static void mma(float (&d)[4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D4(0)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<24> {
-  static constexpr int kAccum = 12;
-  __device__ __forceinline__ static void mma(float (&d)[12], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %14, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D4(0), FP8MOE_WGMMA_D4(4), FP8MOE_WGMMA_D4(8)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<40> {
-  static constexpr int kAccum = 20;
-  __device__ __forceinline__ static void mma(float (&d)[20], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %22, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", %16, %17, %18, %19"
-                 "}, %20, %21, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D4(16)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<56> {
-  static constexpr int kAccum = 28;
-  __device__ __forceinline__ static void mma(float (&d)[28], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %30, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n56k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27"
-                 "}, %28, %29, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D4(16), FP8MOE_WGMMA_D4(20), FP8MOE_WGMMA_D4(24)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
+// Narrow N, for swapped operands (a few rows of A as the N side): 16, 32, 48.
 template <>
 struct WgmmaE4M3<16> {
   static constexpr int kAccum = 8;
