@@ -215,19 +215,19 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 // Four 8x8 BF16 matrices from registers to shared memory; lane l gives the address of row l % 8
-// of matrix l / 8, and register j of each lane holds its two elements of matrix j.
+// of matrix l / 8, and register j of each lane holds its two elements of matrix j (row l / 4,
+// columns 2 * (l % 4) + {0, 1}). kTrans: each matrix is stored transposed (those two elements land
+// in column l / 4 of rows 2 * (l % 4) + {0, 1}).
+template <bool kTrans = false>
 __device__ __forceinline__ void stmatrix_x4(void* row_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-
-// The same with .trans: each 8x8 matrix is stored transposed (register j of lane l holds elements
-// (l / 4, 2 * (l % 4) + {0, 1}) of matrix j; they land in column l / 4 of rows 2 * (l % 4) + {0, 1}).
-__device__ __forceinline__ void stmatrix_x4_trans(void* row_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
+  if constexpr (kTrans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
 }
 
 // Shared-memory matrix descriptor for a K-major tile stored with the 128-byte swizzle as TMA
@@ -256,7 +256,9 @@ struct WgmmaE4M3;
 
 // The wgmma wrappers below differ only in N: the accumulator operands are listed with these
 // macros (PTX needs every register spelled out). FP8MOE_WGMMA_Rk names %16k..%16k+15, and
-// FP8MOE_WGMMA_D16(i) binds d[i..i+15] to them in order.
+// FP8MOE_WGMMA_D16(i) binds d[i..i+15] to them in order. FP8MOE_WGMMA_E4M3(N, REGS, IA, IB, IP,
+// OUTS...) defines WgmmaE4M3<N>: REGS the accumulators' operand names, IA / IB / IP the numbers
+// of the two descriptors' and the scale-d flag's operands (N / 2, + 1, + 2), OUTS the bindings.
 #define FP8MOE_WGMMA_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define FP8MOE_WGMMA_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define FP8MOE_WGMMA_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
@@ -268,116 +270,43 @@ struct WgmmaE4M3;
 #define FP8MOE_WGMMA_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define FP8MOE_WGMMA_D16(i) \
   FP8MOE_WGMMA_D4(i), FP8MOE_WGMMA_D4(i + 4), FP8MOE_WGMMA_D4(i + 8), FP8MOE_WGMMA_D4(i + 12)
+#define FP8MOE_WGMMA_E4M3(N, REGS, IA, IB, IP, ...)                                                           \
+  template <>                                                                                                  \
+  struct WgmmaE4M3<N> {                                                                                        \
+    static constexpr int kAccum = N / 2;                                                                       \
+    __device__ __forceinline__ static void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,           \
+                                               bool accumulate) {                                              \
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IP ", 0;\n"                                          \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #IA ", %" #IB      \
+                   ", p, 1, 1;\n}\n"                                                                           \
+                   : __VA_ARGS__                                                                               \
+                   : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));                              \
+    }                                                                                                          \
+  };
 
 // Narrow N, for swapped operands (a few rows of A as the N side): 16, 32, 48.
-template <>
-struct WgmmaE4M3<16> {
-  static constexpr int kAccum = 8;
-  __device__ __forceinline__ static void mma(float (&d)[8], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D4(0), FP8MOE_WGMMA_D4(4)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<32> {
-  static constexpr int kAccum = 16;
-  __device__ __forceinline__ static void mma(float (&d)[16], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0
-                 "}, %16, %17, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<48> {
-  static constexpr int kAccum = 24;
-  __device__ __forceinline__ static void mma(float (&d)[24], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %26, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", %16, %17, %18, %19, %20, %21, %22, %23"
-                 "}, %24, %25, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D4(16), FP8MOE_WGMMA_D4(20)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<64> {
-  static constexpr int kAccum = 32;
-  __device__ __forceinline__ static void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1
-                 "}, %32, %33, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<96> {
-  static constexpr int kAccum = 48;
-  __device__ __forceinline__ static void mma(float (&d)[48], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %50, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2
-                 "}, %48, %49, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
+FP8MOE_WGMMA_E4M3(16, "%0, %1, %2, %3, %4, %5, %6, %7", 8, 9, 10, FP8MOE_WGMMA_D4(0), FP8MOE_WGMMA_D4(4))
+FP8MOE_WGMMA_E4M3(32, FP8MOE_WGMMA_R0, 16, 17, 18, FP8MOE_WGMMA_D16(0))
+FP8MOE_WGMMA_E4M3(48, FP8MOE_WGMMA_R0 ", %16, %17, %18, %19, %20, %21, %22, %23", 24, 25, 26, FP8MOE_WGMMA_D16(0),
+                  FP8MOE_WGMMA_D4(16), FP8MOE_WGMMA_D4(20))
+FP8MOE_WGMMA_E4M3(64, FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1, 32, 33, 34, FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16))
+FP8MOE_WGMMA_E4M3(96, FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2, 48, 49, 50, FP8MOE_WGMMA_D16(0),
+                  FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32))
 // Wider tiles, for the wgmma rate benchmark (bench/wgmma_rate.cu) and kernels that want them.
-template <>
-struct WgmmaE4M3<128> {
-  static constexpr int kAccum = 64;
-  __device__ __forceinline__ static void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3
-                 "}, %64, %65, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
+FP8MOE_WGMMA_E4M3(128, FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3, 64, 65, 66,
+                  FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48))
+FP8MOE_WGMMA_E4M3(192,
+                  FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3 ", " FP8MOE_WGMMA_R4
+                                  ", " FP8MOE_WGMMA_R5,
+                  96, 97, 98, FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48),
+                  FP8MOE_WGMMA_D16(64), FP8MOE_WGMMA_D16(80))
+FP8MOE_WGMMA_E4M3(256,
+                  FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3 ", " FP8MOE_WGMMA_R4
+                                  ", " FP8MOE_WGMMA_R5 ", " FP8MOE_WGMMA_R6 ", " FP8MOE_WGMMA_R7,
+                  128, 129, 130, FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48),
+                  FP8MOE_WGMMA_D16(64), FP8MOE_WGMMA_D16(80), FP8MOE_WGMMA_D16(96), FP8MOE_WGMMA_D16(112))
 
-template <>
-struct WgmmaE4M3<192> {
-  static constexpr int kAccum = 96;
-  __device__ __forceinline__ static void mma(float (&d)[96], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3 ", "
-                 FP8MOE_WGMMA_R4 ", " FP8MOE_WGMMA_R5
-                 "}, %96, %97, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48),
-                   FP8MOE_WGMMA_D16(64), FP8MOE_WGMMA_D16(80)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
-template <>
-struct WgmmaE4M3<256> {
-  static constexpr int kAccum = 128;
-  __device__ __forceinline__ static void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
-                 FP8MOE_WGMMA_R0 ", " FP8MOE_WGMMA_R1 ", " FP8MOE_WGMMA_R2 ", " FP8MOE_WGMMA_R3 ", "
-                 FP8MOE_WGMMA_R4 ", " FP8MOE_WGMMA_R5 ", " FP8MOE_WGMMA_R6 ", " FP8MOE_WGMMA_R7
-                 "}, %128, %129, p, 1, 1;\n}\n"
-                 : FP8MOE_WGMMA_D16(0), FP8MOE_WGMMA_D16(16), FP8MOE_WGMMA_D16(32), FP8MOE_WGMMA_D16(48),
-                   FP8MOE_WGMMA_D16(64), FP8MOE_WGMMA_D16(80), FP8MOE_WGMMA_D16(96), FP8MOE_WGMMA_D16(112)
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-  }
-};
-
+#undef FP8MOE_WGMMA_E4M3
 #undef FP8MOE_WGMMA_D16
 #undef FP8MOE_WGMMA_D4
 #undef FP8MOE_WGMMA_R0
