@@ -30,8 +30,9 @@
 //   Tall tiles (the auto-width kernel's 192-wide body, sched::tall_expert): all rows of an expert
 //   with 129..192 x 128 columns in one tile, so that the few rows past 128 do not stream the
 //   expert's weights a second time. Warpgroup w computes its 64 rows x 128 columns and rows
-//   128.. x columns [64w, 64w + 64); the stage holds A's rows 128.. where a 128 x 192 tile's last
-//   64 B rows go.
+//   128.. x columns [64w, 64w + 64) (with at most 32 such rows: swapped operands, 16 or 32 rows
+//   computed instead of 64); the stage holds A's rows 128.. where a 128 x 192 tile's last 64 B
+//   rows go.
 //
 // Launches: every variant is sm90_gemm_body<...> (below); the fixed-width kernels run one, the
 // auto-width kernel picks the 128- or 192-wide body from the live rows on the device (its 192-wide
@@ -105,6 +106,12 @@
 // before (investigation: the same kernels without the swapped path, instruction for instruction).
 #ifndef FP8MOE_GEMM_SWAP_TAIL
 #define FP8MOE_GEMM_SWAP_TAIL 1
+#endif
+// A tall tile's rows past 128 (1..32 of them) computed with swapped operands too: 16 or 32 rows
+// instead of 64 (the auto kernel's 192-wide body; perf notes v45). -DFP8MOE_GEMM_SWAP_TALL=0
+// computes all 64, as before.
+#ifndef FP8MOE_GEMM_SWAP_TALL
+#define FP8MOE_GEMM_SWAP_TALL 1
 #endif
 #ifndef FP8MOE_GEMM_TRACE_THREAD
 #define FP8MOE_GEMM_TRACE_THREAD 0
@@ -743,6 +750,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     const uint32_t a_desc_offset = warpgroup * 64 * 128;
     // Partial 64-row halves with swapped operands (FP8MOE_GEMM_SWAP_TAIL): the live 256-wide kernels.
     constexpr bool kSwapTail = FP8MOE_GEMM_SWAP_TAIL != 0 && kLive && kBlockN == 256 && !kPairM;
+    constexpr bool kSwapTall = FP8MOE_GEMM_SWAP_TALL != 0 && kTall;  // (the same for a tall tile's rows past 128)
     sched::TileInfo t;
 #if FP8MOE_GEMM_TRACE
     int traced = 0, data_stamps = 0;
@@ -899,61 +907,106 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           // the wgmma pipeline in ptxas). The same pipeline as the two-half loop below (kept apart
           // from it: wrapped in one generic loop for both shapes, the 128 x 192 k-loop compiled
           // differently and measured 2-3% slower).
+          // kSwapTall: with at most 32 rows past 128, B is computed with swapped operands as the
+          // partial halves of the 256-wide kernels are (B^T = the warpgroup's 64 weight rows x
+          // the tall rows rounded up to R = 16 or 32: m64nRk32), into out[64, 64 + R / 2) as D^T
+          // fragments (element i = 4c + 2h + j: column 16 warp + lane / 4 + 8h, row 8c +
+          // 2 (lane % 4) + j), promoted with the same products; the epilogue stages it transposed.
           if constexpr (kTall) {
-            float acc_a[64], acc_b[32];
-            const int row_tall = Cfg::kBlockM + row_in_tile - 64 * warpgroup;
-            auto issue_a = [&] {
-              issue_group(acc_a, smem_a + stage * Cfg::kABytes + a_desc_offset, smem_b + stage * Cfg::kBBytes);
-            };
-            auto issue_b = [&] {
+            auto tall_loop = [&](auto r_tag) {
+              constexpr int R = decltype(r_tag)::value;  // 64: not swapped
+              constexpr bool kSwapped = R < 64;
+              constexpr int kAccB = kSwapped ? R / 2 : 32;
+              constexpr int kSh = kSwapped ? R / 4 : 2;  // the B half's A scales per thread
+              float acc_a[64], acc_b[kAccB];
+              const int row_tall = Cfg::kBlockM + row_in_tile - 64 * warpgroup;
+              auto issue_a = [&] {
+                issue_group(acc_a, smem_a + stage * Cfg::kABytes + a_desc_offset, smem_b + stage * Cfg::kBBytes);
+              };
+              auto issue_b = [&] {
 #if FP8MOE_GEMM_ABLATE == 9  // the rows past 128 cost no tensor work (an empty group keeps the waits' count)
-              ptx::wgmma_fence();
-              ptx::wgmma_commit();
+                ptx::wgmma_fence();
+                ptx::wgmma_commit();
 #else
-              issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
-                          smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
+                if constexpr (kSwapped)
+                  issue_group(acc_b, smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK,
+                              smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset);
+                else
+                  issue_group(acc_b, smem_b + stage * Cfg::kBBytes + Cfg::kTallA3Offset,
+                              smem_b + stage * Cfg::kBBytes + warpgroup * 64 * Cfg::kBlockK);
 #endif
-            };
-            wait_full(stage, phase);
-            float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
-            float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
-            float sh0 = smem_sfa[stage * Cfg::kSfaRows + row_tall];
-            float sh1 = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
-            float sb = __ldg(sb_lo);  // (a tall tile's 128 columns: one B-scale block)
-            issue_a();
-            issue_b();
-            for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
-              const float sb_next = __ldg(sb_lo + kb + 1);
-              ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
+              };
+              auto load_sh = [&](float(&sh)[kSh]) {
+                if constexpr (kSwapped) {
+#pragma unroll
+                  for (int c = 0; c < R / 8; ++c)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                      sh[2 * c + j] = smem_sfa[stage * Cfg::kSfaRows + Cfg::kBlockM + 8 * c + 2 * (lane % 4) + j];
+                } else {
+                  sh[0] = smem_sfa[stage * Cfg::kSfaRows + row_tall];
+                  sh[1] = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
+                }
+              };
+              auto promote_a = [&](float sa0, float sa1, float sb, const float(&sh)[kSh]) {
+                if constexpr (kSwapped) promote(acc_a, 0, sa0, sa1, sb, sb, sa0, sa1);
+                else promote(acc_a, 0, sa0, sa1, sb, sb, sh[0], sh[1]);  // (sh unused: split is 128)
+              };
+              auto promote_b = [&](float sa0, float sa1, float sb, const float(&sh)[kSh]) {
+                if constexpr (kSwapped) {
+#pragma unroll
+                  for (int i = 0; i < kAccB; ++i)
+                    out[64 + i] = __fmaf_rn(__fmul_rn(sh[2 * (i / 4) + i % 2], sb), acc_b[i], out[64 + i]);
+                } else {
+                  promote(acc_b, 64, sa0, sa1, sb, sb, sh[0], sh[1]);
+                }
+              };
+              wait_full(stage, phase);
+              float sa0 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+              float sa1 = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+              float sh[kSh];
+              load_sh(sh);
+              float sb = __ldg(sb_lo);  // (a tall tile's 128 columns: one B-scale block)
+              issue_a();
+              issue_b();
+              for (int kb = 0; kb + 1 < kblocks(p); ++kb) {
+                const float sb_next = __ldg(sb_lo + kb + 1);
+                ptx::wgmma_wait<1>();  // A(kb) done; B(kb) may still run
+#pragma unroll
+                for (int i = 0; i < 64; ++i) ptx::fence_operand(acc_a[i]);
+                promote_a(sa0, sa1, sb, sh);
+                const int cur = stage;
+                advance();
+                wait_full(stage, phase);
+                const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
+                const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
+                float sh_next[kSh];
+                load_sh(sh_next);
+                issue_a();  // A(kb+1)
+                ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
+                release(cur);          // both halves have read stage kb
+#pragma unroll
+                for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
+                promote_b(sa0, sa1, sb, sh);
+                issue_b();  // B(kb+1)
+                sa0 = sa0_next, sa1 = sa1_next, sb = sb_next;
+#pragma unroll
+                for (int i = 0; i < kSh; ++i) sh[i] = sh_next[i];
+              }
+              ptx::wgmma_wait<1>();
 #pragma unroll
               for (int i = 0; i < 64; ++i) ptx::fence_operand(acc_a[i]);
-              promote(acc_a, 0, sa0, sa1, sb, sb, sh0, sh1);
-              const int cur = stage;
+              promote_a(sa0, sa1, sb, sh);
+              ptx::wgmma_wait<0>();
+#pragma unroll
+              for (int i = 0; i < kAccB; ++i) ptx::fence_operand(acc_b[i]);
+              release(stage);
+              promote_b(sa0, sa1, sb, sh);
               advance();
-              wait_full(stage, phase);
-              const float sa0_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile];
-              const float sa1_next = smem_sfa[stage * Cfg::kSfaRows + row_in_tile + 8];
-              const float sh0_next = smem_sfa[stage * Cfg::kSfaRows + row_tall];
-              const float sh1_next = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
-              issue_a();  // A(kb+1)
-              ptx::wgmma_wait<1>();  // B(kb) done; A(kb+1) may still run
-              release(cur);          // both halves have read stage kb
-#pragma unroll
-              for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_b[i]);
-              promote(acc_b, 64, sa0, sa1, sb, sb, sh0, sh1);
-              issue_b();  // B(kb+1)
-              sa0 = sa0_next, sa1 = sa1_next, sh0 = sh0_next, sh1 = sh1_next, sb = sb_next;
-            }
-            ptx::wgmma_wait<1>();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) ptx::fence_operand(acc_a[i]);
-            promote(acc_a, 0, sa0, sa1, sb, sb, sh0, sh1);
-            ptx::wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_b[i]);
-            release(stage);
-            promote(acc_b, 64, sa0, sa1, sb, sb, sh0, sh1);
-            advance();
+            };
+            if (kSwapTall && t.tall_rows() <= 16) tall_loop(std::integral_constant<int, 16>{});
+            else if (kSwapTall && t.tall_rows() <= 32) tall_loop(std::integral_constant<int, 32>{});
+            else tall_loop(std::integral_constant<int, 64>{});
           }
         } else if constexpr (kBlockN == 256) {
           // The four-quarter loop of a 128 x 256 tile: each warpgroup's 64 x 256 outputs are four
@@ -1314,9 +1367,29 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #if FP8MOE_GEMM_TRACE == 6
         trace_time(traced++);
 #endif
+        // (kSwapTall: a tall tile's rows past 128 as D^T fragments, 8 x 8 blocks transposed)
+        auto stage_tall_swapped = [&](auto r_tag) {
+          constexpr int R = decltype(r_tag)::value;
+          auto pack = [&](int q) {
+            const __nv_bfloat162 v = __floats2bfloat162_rn(out[64 + q], out[64 + q + 1]);
+            return *reinterpret_cast<const uint32_t*>(&v);
+          };
 #pragma unroll
-        for (int h = 0; h < kBlockN / 64; ++h)
-          if (block_col(h) < p.n) stage_half(h, tile_d + h * 8192);  // (a partial last tile)
+          for (int c = 0; c < R / 8; c += 2) {  // row blocks c (lanes 0-15) and c + 1 (lanes 16-31)
+            const int r = 8 * (c + lane / 16) + lane % 8;
+            ptx::stmatrix_x4<true>(tile_d + 2 * 8192 + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c),
+                                   pack(4 * c + 2), pack(4 * c + 4), pack(4 * c + 6));
+          }
+        };
+#pragma unroll
+        for (int h = 0; h < kBlockN / 64; ++h) {
+          if (kSwapTall && tall && h == 2 && tall_rows <= 32) {
+            if (tall_rows <= 16) stage_tall_swapped(std::integral_constant<int, 16>{});
+            else stage_tall_swapped(std::integral_constant<int, 32>{});
+          } else if (block_col(h) < p.n) {
+            stage_half(h, tile_d + h * 8192);  // (a partial last tile)
+          }
+        }
 #if FP8MOE_GEMM_TRACE == 6
         trace_time(traced++);
 #endif

@@ -65,12 +65,12 @@ check_build() {  # FLAG FILE PTXAS: "PASS" or the reason in $jobs_dir/<n>.log
 }
 n=0
 for flag in -DFP8MOE_GEMM_ABLATE=2 -DFP8MOE_GEMM_ABLATE=3 -DFP8MOE_GEMM_ABLATE=4 -DFP8MOE_GEMM_ABLATE=8 -DFP8MOE_GEMM_ABLATE=9 \
-  -DFP8MOE_GEMM_ABLATE=10 -DFP8MOE_GEMM_SWAP_TAIL=0 \
+  -DFP8MOE_GEMM_ABLATE=10 -DFP8MOE_GEMM_SWAP_TAIL=0 -DFP8MOE_GEMM_SWAP_TALL=0 \
   -DFP8MOE_GEMM_TRACE=1 -DFP8MOE_GEMM_TRACE=2 -DFP8MOE_GEMM_TRACE=3 -DFP8MOE_GEMM_TRACE=4 -DFP8MOE_GEMM_TRACE=5 -DFP8MOE_GEMM_TRACE=6; do
   for file in src/gemm/sm90_fp8_grouped_gemm_1d2d.cu bench/gemm_bench.cu; do
-    [[ ($flag == *ABLATE* || $flag == *SWAP_TAIL*) && $file == bench/* ]] && continue
+    [[ ($flag == *ABLATE* || $flag == *SWAP_TA*) && $file == bench/* ]] && continue
     ptxas=0
-    [[ $flag == *ABLATE=[3489] || $flag == *ABLATE=10 || $flag == *SWAP_TAIL* ]] && ptxas=1  # the builds that keep the math
+    [[ $flag == *ABLATE=[3489] || $flag == *ABLATE=10 || $flag == *SWAP_TA* ]] && ptxas=1  # the builds that keep the math
     while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
     check_build "$flag" "$file" "$ptxas" >"$jobs_dir/$n.log" 2>&1 &
     n=$((n + 1))

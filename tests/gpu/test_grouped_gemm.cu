@@ -302,12 +302,16 @@ TEST(Sm90GroupedGemm, AutoWidthFollowsLiveRows) {
 // Tall tiles (the auto-width kernel at 192 wide): an expert with 129..192 rows is computed in
 // 128-wide tiles of all its rows, each warpgroup its 64 rows and half the columns of rows 128..
 // (a 64-row box: TMA stores when all 64 are live, else copied row by row; a 16-row box for up to
-// 16): experts of 129, 144, 150 and 192 rows; 193, 320 and 449 keep 128-row tiles.
+// 16): experts of 129, 144, 150 and 192 rows; 193, 320 and 449 keep 128-row tiles. Up to 32 rows
+// past 128 are computed with swapped operands (rounded up to 16 or 32): every count around those
+// buckets, at GEMM1's and GEMM2's seed shapes.
 TEST(Sm90GroupedGemm, TallTilesMatchPadded) {
   FP8MOE_REQUIRE_SM90();
   check_case({4096, 1024, {129, 192, 0, 150, 193, 320, 144, 449}});
   check_case({7168, 2048, {150, 192, 129}});
   check_case({640, 1024, {140, 190, 64}});  // partial last 192-wide tile of the 64-row expert
+  check_case({4096, 1024, {129, 143, 144, 145, 159, 160, 161, 176, 177, 100}});
+  check_case({7168, 2048, {130, 160, 161, 145, 0, 131}});
 }
 
 // 2-CTA clusters (opt-in): N-neighbours sharing A, M-neighbours sharing B. Experts with an odd
