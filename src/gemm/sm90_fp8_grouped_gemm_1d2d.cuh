@@ -1235,6 +1235,26 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
         }
       };
+      // Stages R rows x 64 columns held as D^T fragments (wgmma m64nR with the weights as M:
+      // element i = 4c + 2h + j, value(i), is column 16 warp + lane / 4 + 8h and row 8c +
+      // 2 (lane % 4) + j) into a 64-column staging block in D's layout: stmatrix .trans turns
+      // each 8 x 8 block over. Row blocks c (lanes 0-15) and c2 = c + 1 (lanes 16-31); R / 8 is
+      // even, so c2 is never clamped (written with the constant c + 1, the same stores moved
+      // ptxas' schedule of the 256-wide quarter k-loop, 487 -> 478 instructions, so this form stays).
+      auto stage_transposed = [&](auto r_tag, auto value, uint8_t* dst) {
+        constexpr int R = decltype(r_tag)::value;
+        auto pack = [&](int q) {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(value(q), value(q + 1));
+          return *reinterpret_cast<const uint32_t*>(&v);
+        };
+#pragma unroll
+        for (int c = 0; c < R / 8; c += 2) {
+          const int c2 = c + 1 < R / 8 ? c + 1 : c;
+          const int r = 8 * (lane / 16 ? c2 : c) + lane % 8;
+          ptx::stmatrix_x4<true>(dst + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c), pack(4 * c + 2),
+                                 pack(4 * c2), pack(4 * c2 + 2));
+        }
+      };
       if (kSwapTail && swapped_rows > 0) {
         // A partial 64-row half with swapped operands: the tensor cores compute R = swapped_rows
         // (16, 32 or 48) rows instead of 64. Each 64-column quarter q is D^T[64 columns, R rows] =
@@ -1297,20 +1317,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
           }
           // Quarter h into a staging tile (64 rows x 64 columns): 8 x 8 blocks transposed.
           auto stage_quarter = [&](int h, uint8_t* dst) {
-            auto pack = [&](int q) {
-              const __nv_bfloat162 v = __floats2bfloat162_rn(o[h * kAcc + q], o[h * kAcc + q + 1]);
-              return *reinterpret_cast<const uint32_t*>(&v);
-            };
-            // Row blocks c (lanes 0-15) and c2 = c + 1 (lanes 16-31). R / 8 is even, so c2 is never
-            // clamped; written with the constant instead, the same stores moved ptxas' schedule of
-            // the quarter k-loop in the same kernel (487 -> 478 instructions), so this form stays.
-#pragma unroll
-            for (int c = 0; c < R / 8; c += 2) {
-              const int c2 = c + 1 < R / 8 ? c + 1 : c;
-              const int r = 8 * (lane / 16 ? c2 : c) + lane % 8;
-              ptx::stmatrix_x4<true>(dst + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c), pack(4 * c + 2),
-                                     pack(4 * c2), pack(4 * c2 + 2));
-            }
+            stage_transposed(r_tag, [&](int q) { return o[h * kAcc + q]; }, dst);
           };
           if constexpr (kFusedAct) {
             fused_hand_over([&] {
@@ -1367,19 +1374,9 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
 #if FP8MOE_GEMM_TRACE == 6
         trace_time(traced++);
 #endif
-        // (kSwapTall: a tall tile's rows past 128 as D^T fragments, 8 x 8 blocks transposed)
+        // (kSwapTall: a tall tile's rows past 128 as D^T fragments)
         auto stage_tall_swapped = [&](auto r_tag) {
-          constexpr int R = decltype(r_tag)::value;
-          auto pack = [&](int q) {
-            const __nv_bfloat162 v = __floats2bfloat162_rn(out[64 + q], out[64 + q + 1]);
-            return *reinterpret_cast<const uint32_t*>(&v);
-          };
-#pragma unroll
-          for (int c = 0; c < R / 8; c += 2) {  // row blocks c (lanes 0-15) and c + 1 (lanes 16-31)
-            const int r = 8 * (c + lane / 16) + lane % 8;
-            ptx::stmatrix_x4<true>(tile_d + 2 * 8192 + sw128_offset(r, 2 * warp + (lane / 8) % 2), pack(4 * c),
-                                   pack(4 * c + 2), pack(4 * c + 4), pack(4 * c + 6));
-          }
+          stage_transposed(r_tag, [&](int q) { return out[64 + q]; }, tile_d + 2 * 8192);
         };
 #pragma unroll
         for (int h = 0; h < kBlockN / 64; ++h) {
