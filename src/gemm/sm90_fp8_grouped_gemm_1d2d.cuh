@@ -751,6 +751,15 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
     // Partial 64-row halves with swapped operands (FP8MOE_GEMM_SWAP_TAIL): the live 256-wide kernels.
     constexpr bool kSwapTail = FP8MOE_GEMM_SWAP_TAIL != 0 && kLive && kBlockN == 256 && !kPairM;
     constexpr bool kSwapTall = FP8MOE_GEMM_SWAP_TALL != 0 && kTall;  // (the same for a tall tile's rows past 128)
+    // The A scales of a D^T fragment's rows (swapped operands: rows row0 + 8c + 2 (lane % 4) + j of
+    // the current stage into sa[2c + j]).
+    auto load_row_scales = [&](auto& sa, int row0) {
+      constexpr int kN = sizeof(sa) / sizeof(float);
+#pragma unroll
+      for (int c = 0; c < kN / 2; ++c)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) sa[2 * c + j] = smem_sfa[stage * Cfg::kSfaRows + row0 + 8 * c + 2 * (lane % 4) + j];
+    };
     sched::TileInfo t;
 #if FP8MOE_GEMM_TRACE
     int traced = 0, data_stamps = 0;
@@ -798,6 +807,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
       // (below, at the epilogue): its rows rounded up to 16 (else 0).
       const int half_rows = t.row_end - t.m_row - 64 * warpgroup;
       const int swapped_rows = kSwapTail && live && half_rows < 49 ? (half_rows + 15) / 16 * 16 : 0;
+      // kSwapTall: a tall tile's rows past 128, at most 32 of them, rounded up to 16 (else 0).
+      const int tall_swapped_rows = kSwapTall && t.tall && t.tall_rows() <= 32 ? (t.tall_rows() + 15) / 16 * 16 : 0;
       float out[2 * Half::kAccum];
 #pragma unroll
       for (int i = 0; i < 2 * Half::kAccum; ++i) out[i] = 0.0f;
@@ -938,11 +949,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               };
               auto load_sh = [&](float(&sh)[kSh]) {
                 if constexpr (kSwapped) {
-#pragma unroll
-                  for (int c = 0; c < R / 8; ++c)
-#pragma unroll
-                    for (int j = 0; j < 2; ++j)
-                      sh[2 * c + j] = smem_sfa[stage * Cfg::kSfaRows + Cfg::kBlockM + 8 * c + 2 * (lane % 4) + j];
+                  load_row_scales(sh, Cfg::kBlockM);
                 } else {
                   sh[0] = smem_sfa[stage * Cfg::kSfaRows + row_tall];
                   sh[1] = smem_sfa[stage * Cfg::kSfaRows + row_tall + 8];
@@ -1004,8 +1011,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
               promote_b(sa0, sa1, sb, sh);
               advance();
             };
-            if (kSwapTall && t.tall_rows() <= 16) tall_loop(std::integral_constant<int, 16>{});
-            else if (kSwapTall && t.tall_rows() <= 32) tall_loop(std::integral_constant<int, 32>{});
+            if (tall_swapped_rows == 16) tall_loop(std::integral_constant<int, 16>{});
+            else if (tall_swapped_rows == 32) tall_loop(std::integral_constant<int, 32>{});
             else tall_loop(std::integral_constant<int, 64>{});
           }
         } else if constexpr (kBlockN == 256) {
@@ -1283,11 +1290,7 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
             const float sb = __ldg(sb_lo + kb), sb2 = __ldg(sb_hi + kb);
             wait_full(stage, phase);
             float sa[R / 4];  // the A scales of rows 8c + 2 (lane % 4) + j
-#pragma unroll
-            for (int c = 0; c < R / 8; ++c)
-#pragma unroll
-              for (int j = 0; j < 2; ++j)
-                sa[2 * c + j] = smem_sfa[stage * Cfg::kSfaRows + 64 * warpgroup + 8 * c + 2 * (lane % 4) + j];
+            load_row_scales(sa, 64 * warpgroup);
             const uint64_t desc_w = ptx::smem_desc_k_major_sw128(smem_b + stage * Cfg::kBBytes);
             const uint64_t desc_r = ptx::smem_desc_k_major_sw128(smem_a + stage * Cfg::kABytes + a_desc_offset);
 #pragma unroll
@@ -1380,8 +1383,8 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         };
 #pragma unroll
         for (int h = 0; h < kBlockN / 64; ++h) {
-          if (kSwapTall && tall && h == 2 && tall_rows <= 32) {
-            if (tall_rows <= 16) stage_tall_swapped(std::integral_constant<int, 16>{});
+          if (h == 2 && tall_swapped_rows > 0) {
+            if (tall_swapped_rows == 16) stage_tall_swapped(std::integral_constant<int, 16>{});
             else stage_tall_swapped(std::integral_constant<int, 32>{});
           } else if (block_col(h) < p.n) {
             stage_half(h, tile_d + h * 8192);  // (a partial last tile)
