@@ -60,6 +60,11 @@ struct GroupedGemmArgs {
   // and no D. Only the live schedule with single CTAs at 256 columns (128 gate + 128 up) fuses:
   // prefill capacities, or block_n = 256 forced; FP8MOE_FUSED_ACT=0 turns it off.
   const FusedActQuant* fused_act = nullptr;
+  // The rows of D the 128-wide tiles copy out (decode sizes: the auto kernel's 128-wide body, or
+  // the fixed 128-wide kernels) are written with an L2 evict_last policy, so that the weights
+  // streaming past do not evict them, and write them back to HBM, before the next kernel reads
+  // them: the pipeline's GEMM2 (live), whose D only the unpermutation reads.
+  bool d_evict_last = false;
 };
 
 // SM90 (sm_90a) persistent warp-specialised kernel: TMA producer warpgroup, two wgmma math

@@ -239,6 +239,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
   p.n = a.n;
   p.k = a.k;
   p.num_experts = a.num_experts;
+  p.d_evict_last = a.d_evict_last ? 1 : 0;
   if (fused) {
     p.a2 = a.fused_act->a2;
     p.a2_scale = a.fused_act->a2_scale;

@@ -157,6 +157,7 @@ struct Sm90GemmParams {
   int64_t m_pad;
   num::ActParams act;
   int a2_pow2;
+  int d_evict_last;  // GroupedGemmArgs::d_evict_last
 };
 
 #if FP8MOE_GEMM_TRACE
@@ -1232,14 +1233,17 @@ __device__ __forceinline__ void sm90_gemm_body(const Sm90GemmParams& p, bool end
         }
       };
       // Copies `rows` staged rows (64 columns, 128-byte swizzle) out to dst with the warpgroup's
-      // 128 threads, 16-byte stores, 8 threads per 128-byte row segment.
+      // 128 threads, 16-byte stores, 8 threads per 128-byte row segment (the 128-wide body with
+      // p.d_evict_last: with an L2 evict_last policy).
       auto copy_out = [&](const uint8_t* src, __nv_bfloat16* dst, int rows) {
 #pragma unroll
         for (int q = threadIdx.x % 128; q < 64 * 8; q += 128) {  // 64 rows x 8 chunks of 16 bytes
           const int r = q / 8, c = q % 8;
           if (r >= rows || FP8MOE_GEMM_ABLATE == 4) break;  // rows ascend with q
           const uint4 v = *reinterpret_cast<const uint4*>(src + sw128_offset(r, c));
-          *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * p.n + 8 * c) = v;
+          __nv_bfloat16* to = dst + static_cast<int64_t>(r) * p.n + 8 * c;
+          if (kBlockN == 128 && p.d_evict_last) ptx::st_global_hint(to, v, ptx::l2_policy_evict_last());
+          else *reinterpret_cast<uint4*>(to) = v;
         }
       };
       // Stages R rows x 64 columns held as D^T fragments (wgmma m64nR with the weights as M:

@@ -9,6 +9,8 @@
 //   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
 //   FP8MOE_FUSED_ACT=0      GEMM1 writes Y1 and act_quant runs, instead of the activation in
 //                           GEMM1's epilogue at prefill capacities (gemm/*.cu, api/pipeline.cpp)
+//   FP8MOE_Y2_IN_L2=0       GEMM2 writes Y2's decode rows with no L2 policy instead of evict_last
+//                           (api/pipeline.cpp)
 #pragma once
 
 #include <cstdlib>
@@ -57,6 +59,10 @@ inline bool gemm_dynamic_off() {
 }
 inline bool fused_act_off() {
   static const bool off = equals("FP8MOE_FUSED_ACT", "0");
+  return off;
+}
+inline bool y2_in_l2_off() {
+  static const bool off = equals("FP8MOE_Y2_IN_L2", "0");
   return off;
 }
 

@@ -177,6 +177,12 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
+// A 16-byte global store with an L2 cache policy (createpolicy).
+__device__ __forceinline__ void st_global_hint(void* ptr, uint4 v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w), "l"(policy)
+               : "memory");
+}
 // ---- programmatic dependent launch ------------------------------------------------------------
 // Waits until the kernel this one was launched after (as a programmatic dependent) has completed
 // and its memory operations are visible; returns at once for a plainly launched kernel.

@@ -43,6 +43,7 @@ struct GemmCase {
   int64_t extra_tail_tiles = 1;  // dead 128-row tiles after the last expert (capacity slack)
   GemmCluster cluster = GemmCluster::kAuto;  // kernel variant of the live run
   int block_n = 0;  // the live run's tile width (GroupedGemmArgs::block_n; 0: the rule)
+  bool d_evict_last = false;  // the live runs' GroupedGemmArgs::d_evict_last
 };
 
 struct GemmRun {
@@ -161,6 +162,7 @@ void run_case(const GemmCase& c, GemmRun& r) {
   args.d = d_live.ptr;
   args.cluster = c.cluster;
   args.block_n = c.block_n;
+  args.d_evict_last = c.d_evict_last;
   if (c.cluster == GemmCluster::kPairM) {  // the variant asked for is the one that runs
     const auto info = fp8moe::gemm::sm90_fp8_grouped_gemm_1d2d_info(args);
     EXPECT_TRUE(info.cluster == 2 && info.pair_m) << "M-pair clusters not selected";
@@ -276,6 +278,18 @@ TEST(Sm90GroupedGemm, SmallTilesSplitColumnsBetweenWarpgroups) {
   FP8MOE_REQUIRE_SM90();
   check_case({4096, 7168, {17, 40, 64, 16, 65, 0, 33, 1}});
   check_case({7168, 2048, {64, 17, 128, 50}});
+}
+
+// D's copied-out rows written with an L2 evict_last policy (the pipeline's GEMM2 at decode):
+// decode tiles, column-split tiles and full 128-row tiles of the 128-wide body, the same bits.
+TEST(Sm90GroupedGemm, EvictLastStoresMatchPadded) {
+  FP8MOE_REQUIRE_SM90();
+  GemmCase decode{7168, 2048, {4, 0, 3, 5, 1, 7, 2, 6}};
+  decode.d_evict_last = true;
+  check_case(decode);
+  GemmCase mixed{4096, 1024, {17, 40, 64, 16, 65, 0, 33, 1, 128}};  // (one M-tile per expert: 128 wide)
+  mixed.d_evict_last = true;
+  check_case(mixed);
 }
 
 // More than 192 workspace rows per expert (beyond the 127 of alignment): the live schedule takes
