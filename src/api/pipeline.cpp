@@ -146,9 +146,10 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   g.n = static_cast<int>(config.hidden);
   g.k = static_cast<int>(config.intermediate);
   // Y2 is read once, by the unpermutation: at decode GEMM2 writes its rows with an L2 evict_last
-  // policy, so that the weights streaming past do not push them out to HBM while GEMM2 streams
-  // (a decode step's Y2 then overwrites the last one's lines in L2; seed 512/16 GEMM2 -3 us,
-  // 512/64 -5 us: perf notes v47). Not the padded baseline, which runs as engines do.
+  // policy, so that the weights streaming past do not push them out to HBM while GEMM2 streams,
+  // and the unpermutation drops each line once read, so they never reach HBM (kept in L2 without
+  // the drop, the next call's GEMM1 paid for their write-back: perf notes v47). Not the padded
+  // baseline, which runs as engines do.
   g.d_evict_last = live && !knobs::y2_in_l2_off();
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM2"); s != Status::kSuccess) return s;
 
@@ -162,6 +163,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.row_of = row_of;
   un.num_tokens = args.num_tokens;
   un.out = args.out;
+  un.discard_y2 = g.d_evict_last;
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }

@@ -63,7 +63,8 @@ struct GroupedGemmArgs {
   // The rows of D the 128-wide tiles copy out (decode sizes: the auto kernel's 128-wide body, or
   // the fixed 128-wide kernels) are written with an L2 evict_last policy, so that the weights
   // streaming past do not evict them, and write them back to HBM, before the next kernel reads
-  // them: the pipeline's GEMM2 (live), whose D only the unpermutation reads.
+  // them: the pipeline's GEMM2 (live), whose D only the unpermutation reads, and then drops
+  // (UnpermuteParams::discard_y2).
   bool d_evict_last = false;
 };
 

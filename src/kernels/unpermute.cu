@@ -18,7 +18,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 3;  // 24 warps per SM: <= 80 registers
 constexpr int kValues = 8;      // BF16 columns per thread (one 16-byte word)
-constexpr int kSlotBatch = 8;   // slots whose loads are in flight together
+constexpr int kSlotBatch = 8;   // slots whose loads are in flight together (and lanes per 128-byte line)
 
 // The Y2 rows of slots j0 .. j0 + kSlotBatch - 1 of token t (-1 where not routed or past top_k).
 // row_of is written by the permutation, two or more launches back, so this may run before the
@@ -66,6 +66,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
     for (int v = 0; v < kValues; ++v) acc[v] = 0.0f;
     for (int j0 = 0; j0 < p.top_k; j0 += kSlotBatch) {
       const SlotRows r = have_pre && j0 == 0 ? pre : load_rows(p, t, j0);
+      // (discard_y2) The row of the batch's slot lane % 8, whose 128-byte line this lane's group
+      // of 8 reads (unit % 8 == lane % 8 and H / 8 is a multiple of 16, so a line's 8 readers are
+      // the 8 lanes of one group, live together); loaded on its own (picked from r, it put r on
+      // the stack).
+      int32_t line_row = -1;
+      if (p.discard_y2) {
+        const int j = j0 + static_cast<int>(threadIdx.x % kSlotBatch);
+        line_row = j < p.top_k ? __ldg(p.row_of + t * p.top_k + j) : -1;
+        line_row = line_row < p.m_cap ? line_row : -1;
+      }
       uint4 y[kSlotBatch];
       float w[kSlotBatch];
 #pragma unroll
@@ -82,6 +92,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
         detail::unpack_bf16x8(y[i], x);
 #pragma unroll
         for (int v = 0; v < kValues; ++v) acc[v] = num::reduce_step(acc[v], w[i], x[v]);
+      }
+      if (p.discard_y2) {  // once the group's 8 lanes have their values, each drops one slot's line
+        __syncwarp(0xFFu << (threadIdx.x % detail::kWarp / 8 * 8));
+        if (line_row >= 0) ptx::discard_l2_line(y2 + static_cast<int64_t>(line_row) * hidden + col / 64 * 64);
       }
     }
     *reinterpret_cast<uint4*>(out + t * hidden + col) = detail::pack_bf16x8(acc);

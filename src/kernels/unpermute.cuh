@@ -21,6 +21,10 @@ struct UnpermuteParams {
   const int32_t* row_of = nullptr;       // int32 [T, k] from the permutation
   const int32_t* num_tokens = nullptr;   // optional device scalar
   void* out = nullptr;                   // BF16 [T, H]
+  // Y2 is dead once read: each 128-byte line of it this kernel reads is then dropped from L2
+  // without a write-back (its contents become undefined). The pipeline's live schedule, whose
+  // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
+  bool discard_y2 = false;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers.

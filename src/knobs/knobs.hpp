@@ -9,7 +9,8 @@
 //   FP8MOE_GEMM_DYNAMIC=0   the live GEMMs' fixed tile stride instead of claimed tiles (gemm/*.cu)
 //   FP8MOE_FUSED_ACT=0      GEMM1 writes Y1 and act_quant runs, instead of the activation in
 //                           GEMM1's epilogue at prefill capacities (gemm/*.cu, api/pipeline.cpp)
-//   FP8MOE_Y2_IN_L2=0       GEMM2 writes Y2's decode rows with no L2 policy instead of evict_last
+//   FP8MOE_Y2_IN_L2=0       GEMM2 writes Y2's decode rows with no L2 policy and the unpermutation
+//                           leaves Y2's lines, instead of evict_last and a drop once read
 //                           (api/pipeline.cpp)
 #pragma once
 

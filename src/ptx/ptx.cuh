@@ -183,6 +183,11 @@ __device__ __forceinline__ void st_global_hint(void* ptr, uint4 v, uint64_t poli
                "r"(v.w), "l"(policy)
                : "memory");
 }
+// Drops the 128-byte L2 line at `ptr` (128-byte aligned) without writing it back: its contents
+// become undefined. For data no one reads again (a dead intermediate, once consumed).
+__device__ __forceinline__ void discard_l2_line(const void* ptr) {
+  asm volatile("discard.global.L2 [%0], 128;" ::"l"(ptr) : "memory");
+}
 // ---- programmatic dependent launch ------------------------------------------------------------
 // Waits until the kernel this one was launched after (as a programmatic dependent) has completed
 // and its memory operations are visible; returns at once for a plainly launched kernel.

@@ -18,7 +18,11 @@ namespace kernels = fp8moe::kernels;
 
 // stale_dead_slots: row_of of tokens past *num_tokens points at live rows (as a stale table
 // would); the kernel must still write zeros there because it reads *num_tokens itself.
-void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale_dead_slots = false) {
+// discard_y2: the kernel drops each Y2 line it has read from L2 (UnpermuteParams::discard_y2), so
+// Y2 is uploaded afresh before each run; a line dropped before all its readers had it would
+// leave them whatever HBM held.
+void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale_dead_slots = false,
+                     bool discard_y2 = false) {
   const int64_t T = s.tokens, C = s.capacity, H = s.hidden;
   const int k = s.top_k;
   const ref::Permutation perm = ref::permute(s, r.ids.data(), r.num_tokens_ptr(), r.map_ptr(), r.num_global());
@@ -53,9 +57,11 @@ void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale
   p.row_of = d_row_of.ptr;
   p.num_tokens = r.has_num_tokens ? d_num_tokens.ptr : nullptr;
   p.out = d_out.ptr;
+  p.discard_y2 = discard_y2;
   for (uint8_t poison : kPoisons) {
     SCOPED_TRACE("poison " + hex_bits(poison));
     d_out.poison(poison);
+    if (discard_y2) d_y2.upload(y2);
     CUDA_OK(kernels::launch_unpermute(p, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint16_t> got = d_out.download();
@@ -71,6 +77,19 @@ TEST(Unpermute, RandomRoutingWithUnroutedAndInvalidSlots) {
   Routing r;
   r.ids = random_ids(rng, s.tokens, s.top_k, s.num_experts, 0.15, 0.05);
   check_unpermute(s, r, rng);
+}
+
+TEST(Unpermute, DiscardingY2KeepsTheOutput) {  // (the pipeline's live schedule)
+  FP8MOE_REQUIRE_GPU();
+  Rng rng(fresh_seed());
+  const ref::Shape s = make_shape(300, 320, 384, 8, 4);
+  Routing r;
+  r.ids = random_ids(rng, s.tokens, s.top_k, s.num_experts, 0.15, 0.05);
+  check_unpermute(s, r, rng, false, true);
+  const ref::Shape seed = make_shape(16, 512, 7168, 32, 8);  // the seed's hidden size, decode
+  Routing r2;
+  r2.ids = random_ids(rng, seed.tokens, seed.top_k, seed.num_experts, 0.0, 0.0);
+  check_unpermute(seed, r2, rng, false, true);
 }
 
 TEST(Unpermute, NumTokensWithStaleRowTable) {
