@@ -148,9 +148,10 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   // Y2 is read once, by the unpermutation: at decode GEMM2 writes its rows with an L2 evict_last
   // policy, so that the weights streaming past do not push them out to HBM while GEMM2 streams,
   // and the unpermutation drops each line once read, so they never reach HBM (kept in L2 without
-  // the drop, the next call's GEMM1 paid for their write-back: perf notes v47). Not the padded
-  // baseline, which runs as engines do.
-  g.d_evict_last = live && !knobs::y2_in_l2_off();
+  // the drop, the next call's GEMM1 paid for their write-back: perf notes v47). Only where GEMM2
+  // can run 128-wide tiles (the width the policy applies to; block_n 0: chosen on the device),
+  // not at prefill capacities; not the padded baseline, which runs as engines do.
+  g.d_evict_last = live && !knobs::y2_in_l2_off() && gemm::sm90_fp8_grouped_gemm_1d2d_info(g).block_n <= 128;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM2"); s != Status::kSuccess) return s;
 
   kernels::UnpermuteParams un;

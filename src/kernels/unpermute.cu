@@ -26,14 +26,15 @@ constexpr int kSlotBatch = 8;   // slots whose loads are in flight together (and
 struct SlotRows {
   int32_t row[kSlotBatch];
 };
+// The Y2 row of slot j of token t (-1 where not routed or past top_k).
+__device__ __forceinline__ int32_t slot_row(const UnpermuteParams& p, int64_t t, int j) {
+  const int32_t row = j < p.top_k ? __ldg(p.row_of + t * p.top_k + j) : -1;
+  return row >= 0 && row < p.m_cap ? row : -1;
+}
 __device__ __forceinline__ SlotRows load_rows(const UnpermuteParams& p, int64_t t, int j0) {
   SlotRows r;
 #pragma unroll
-  for (int i = 0; i < kSlotBatch; ++i) {
-    const int j = j0 + i;
-    const int32_t row = j < p.top_k ? __ldg(p.row_of + t * p.top_k + j) : -1;
-    r.row[i] = row >= 0 && row < p.m_cap ? row : -1;
-  }
+  for (int i = 0; i < kSlotBatch; ++i) r.row[i] = slot_row(p, t, j0 + i);
   return r;
 }
 
@@ -70,12 +71,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
       // of 8 reads (unit % 8 == lane % 8 and H / 8 is a multiple of 16, so a line's 8 readers are
       // the 8 lanes of one group, live together); loaded on its own (picked from r, it put r on
       // the stack).
-      int32_t line_row = -1;
-      if (p.discard_y2) {
-        const int j = j0 + static_cast<int>(threadIdx.x % kSlotBatch);
-        line_row = j < p.top_k ? __ldg(p.row_of + t * p.top_k + j) : -1;
-        line_row = line_row < p.m_cap ? line_row : -1;
-      }
+      const int32_t line_row = p.discard_y2 ? slot_row(p, t, j0 + static_cast<int>(threadIdx.x % kSlotBatch)) : -1;
       uint4 y[kSlotBatch];
       float w[kSlotBatch];
 #pragma unroll
