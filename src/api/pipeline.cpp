@@ -112,6 +112,9 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   if (format != fp8moe::layout::ScaleFormat::kUe8m0Packed) g.fused_act = &fused;
   const bool fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).fused_act;
   if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
+  // Y1 likewise (as Y2 below): read once, by act_quant, which drops each line once read. Where
+  // GEMM1 runs the activation itself Y1 is never written.
+  g.d_evict_last = live && !fused_act && !knobs::y1_in_l2_off() && gemm::sm90_fp8_grouped_gemm_1d2d_info(g).block_n <= 128;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
   g.fused_act = nullptr;
 
@@ -127,6 +130,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.y1 = g.d;
   act.a2 = a2;
   act.a2_scale = a2_scale;
+  act.discard_y1 = g.d_evict_last;
   bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

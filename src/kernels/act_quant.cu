@@ -235,6 +235,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     const float scale = detail::activate_quantize_lane<kKind, kPow2>(
         gw, uw, act, [&](uint32_t(&g)[8], uint32_t(&u)[8]) { load_lane(cur.gate, inter, cur.active, g, u); }, codes);
     if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
+    if (p.discard_y1) {
+      // The item's 8 gate and 8 up lines (4 groups x 256 bytes each): line i is read by lanes
+      // 4i..4i+3, so once the warp has its values lane i drops gate line i and lane 8 + i up line i.
+      __syncwarp();
+      const int reader = 4 * (lane % 8);
+      const uint64_t line = __shfl_sync(detail::kFullMask, reinterpret_cast<uint64_t>(cur.gate), reader);
+      const bool live_line = __shfl_sync(detail::kFullMask, cur.active, reader);
+      if (lane < 16 && live_line)
+        ptx::discard_l2_line(reinterpret_cast<const uint16_t*>(line) + (lane < 8 ? 0 : inter));
+    }
     if constexpr (kPacked) {
       const uint32_t word = detail::ue8m0_chunk_word(scale, cur.active);
       if (lane == 0 && cur.active) *static_cast<uint32_t*>(cur.scale) = word;  // (lane 0: the word's group 0)

@@ -30,6 +30,9 @@ struct ActQuantParams {
   const void* y1 = nullptr;   // BF16 [m_cap, 2I]
   uint8_t* a2 = nullptr;      // FP8 [m_cap, I]
   void* a2_scale = nullptr;   // scales of a2 in scale_format
+  // Y1 is dead once read: each 128-byte line of it this kernel reads is then dropped from L2
+  // without a write-back (as UnpermuteParams::discard_y2 for Y2).
+  bool discard_y1 = false;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers (E <= 6000 for kLive).

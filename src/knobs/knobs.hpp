@@ -12,6 +12,8 @@
 //   FP8MOE_Y2_IN_L2=0       GEMM2 writes Y2's decode rows with no L2 policy and the unpermutation
 //                           leaves Y2's lines, instead of evict_last and a drop once read
 //                           (api/pipeline.cpp)
+//   FP8MOE_Y1_IN_L2=0       the same for Y1: GEMM1's decode rows without the policy and act_quant
+//                           without the drop (api/pipeline.cpp)
 #pragma once
 
 #include <cstdlib>
@@ -64,6 +66,10 @@ inline bool fused_act_off() {
 }
 inline bool y2_in_l2_off() {
   static const bool off = equals("FP8MOE_Y2_IN_L2", "0");
+  return off;
+}
+inline bool y1_in_l2_off() {
+  static const bool off = equals("FP8MOE_Y1_IN_L2", "0");
   return off;
 }
 

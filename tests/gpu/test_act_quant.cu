@@ -44,8 +44,11 @@ std::vector<uint16_t> make_y1(Rng& rng, int64_t rows, int64_t inter) {
   return y1;
 }
 
-// Runs both schedules for every format and activation and both poisons.
-void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_live_rows, Rng& rng) {
+// Runs both schedules for every format and activation and both poisons. discard_y1: the live run
+// drops each Y1 line it has read from L2 (ActQuantParams::discard_y1), so Y1 is uploaded afresh
+// before each run; a line dropped before all its readers had it would leave them whatever HBM held.
+void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_live_rows, Rng& rng,
+                     bool discard_y1 = false) {
   const int E = static_cast<int>(perm.ends.size());
   const int64_t m_cap = perm.m_cap, m_pad = perm.m_pad, groups = layout::groups_of(inter);
   const std::vector<bool> live = live_row_mask(perm);
@@ -81,6 +84,8 @@ void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_li
         d_a2.poison(poison);
         d_scale.poison(poison);
         p.schedule = Schedule::kLive;
+        p.discard_y1 = discard_y1;
+        if (discard_y1) d_y1.upload(y1);
         CUDA_OK(kernels::launch_act_quant(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         const std::vector<uint8_t> live_a2 = d_a2.download();
@@ -92,6 +97,8 @@ void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_li
         d_a2.poison(poison ^ 0x80);
         d_scale.poison(poison ^ 0x80);
         p.schedule = Schedule::kPadded;
+        p.discard_y1 = false;
+        if (discard_y1) d_y1.upload(y1);
         CUDA_OK(kernels::launch_act_quant(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         const std::vector<uint8_t> pad_a2 = d_a2.download();
@@ -182,6 +189,28 @@ TEST(ActQuant, SeedShapeDecode) {
   const std::vector<int32_t> ids = random_routing(rng, s.tokens, s.top_k, s.num_experts);
   const ref::Permutation perm = ref::permute(s, ids.data(), nullptr, nullptr, 0);
   check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng);
+}
+
+// discard_y1 (GEMM1 keeps Y1's decode rows in L2 for act_quant, which drops each line once its
+// warp has read it): the output must not change, for items within a row, spanning rows (I 384 and
+// 768: 3 and 6 groups a row) and the packed format's walk, and at the seed's decode shape.
+TEST(ActQuant, DiscardingY1KeepsTheOutput) {
+  FP8MOE_REQUIRE_GPU();
+  Rng rng(fresh_seed());
+  for (int64_t inter : {128, 384, 768}) {
+    SCOPED_TRACE("I " + std::to_string(inter));
+    check_act_quant(permutation_from_counts({5, 0, 128, 129, 1, 0, 255, 300}, 300, 4), inter, 300 * 4, rng, true);
+  }
+  ref::Shape s;
+  s.tokens = 16;
+  s.capacity = 512;
+  s.hidden = 7168;
+  s.intermediate = 2048;
+  s.num_experts = 32;
+  s.top_k = 8;
+  const std::vector<int32_t> ids = random_routing(rng, s.tokens, s.top_k, s.num_experts);
+  const ref::Permutation perm = ref::permute(s, ids.data(), nullptr, nullptr, 0);
+  check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng, true);
 }
 
 TEST(ActQuant, RejectsBadShapes) {
