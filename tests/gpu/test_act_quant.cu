@@ -176,9 +176,7 @@ TEST(ActQuant, NoLiveRows) {
 }
 
 // Seed shape at decode: E=32, I=2048, k=8, 16 tokens of a 512-token capacity (M_cap 8192).
-TEST(ActQuant, SeedShapeDecode) {
-  FP8MOE_REQUIRE_GPU();
-  Rng rng(fresh_seed());
+void check_seed_decode(Rng& rng, bool discard_y1) {
   ref::Shape s;
   s.tokens = 16;
   s.capacity = 512;
@@ -188,7 +186,13 @@ TEST(ActQuant, SeedShapeDecode) {
   s.top_k = 8;
   const std::vector<int32_t> ids = random_routing(rng, s.tokens, s.top_k, s.num_experts);
   const ref::Permutation perm = ref::permute(s, ids.data(), nullptr, nullptr, 0);
-  check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng);
+  check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng, discard_y1);
+}
+
+TEST(ActQuant, SeedShapeDecode) {
+  FP8MOE_REQUIRE_GPU();
+  Rng rng(fresh_seed());
+  check_seed_decode(rng, false);
 }
 
 // discard_y1 (GEMM1 keeps Y1's decode rows in L2 for act_quant, which drops each line once its
@@ -201,16 +205,7 @@ TEST(ActQuant, DiscardingY1KeepsTheOutput) {
     SCOPED_TRACE("I " + std::to_string(inter));
     check_act_quant(permutation_from_counts({5, 0, 128, 129, 1, 0, 255, 300}, 300, 4), inter, 300 * 4, rng, true);
   }
-  ref::Shape s;
-  s.tokens = 16;
-  s.capacity = 512;
-  s.hidden = 7168;
-  s.intermediate = 2048;
-  s.num_experts = 32;
-  s.top_k = 8;
-  const std::vector<int32_t> ids = random_routing(rng, s.tokens, s.top_k, s.num_experts);
-  const ref::Permutation perm = ref::permute(s, ids.data(), nullptr, nullptr, 0);
-  check_act_quant(perm, s.intermediate, s.capacity * s.top_k, rng, true);
+  check_seed_decode(rng, true);
 }
 
 TEST(ActQuant, RejectsBadShapes) {
