@@ -198,4 +198,33 @@ struct Uploaded : DeviceBuffer<T> {
   }
 };
 
+// dst[i] = src[i] for 16-byte words, written by the SMs (so the lines stay dirty in L2).
+static __global__ void copy_words_kernel(const uint4* src, uint4* dst, size_t words) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+// For kernels that drop from L2 the lines they have read (discard.global.L2): leaves 0xFF bytes
+// (BF16 NaN) in HBM under `buf` and v's values in L2 only, as far as they fit. buf is filled with
+// 0xFF, which a write of twice the L2's size pushes out to HBM; then the SMs copy v in, so its
+// lines are dirty in L2. A line the kernel drops before all its readers have it then reads back
+// as NaN, where a plain upload would leave the same values in HBM and hide the early drop.
+template <typename T>
+void upload_over_decoy(DeviceBuffer<T>& buf, const std::vector<T>& v) {
+  ASSERT_EQ(v.size() * sizeof(T) % sizeof(uint4), 0u);
+  ASSERT_LE(v.size(), buf.count);
+  buf.poison(0xFF);
+  int dev = 0, l2 = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  DeviceBuffer<uint8_t> evict(2 * static_cast<size_t>(l2));
+  evict.poison(0x5A);
+  Uploaded<T> staged(v);
+  copy_words_kernel<<<264, 256>>>(reinterpret_cast<const uint4*>(staged.ptr), reinterpret_cast<uint4*>(buf.ptr),
+                                  v.size() * sizeof(T) / sizeof(uint4));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 }  // namespace fp8moe::test

@@ -46,7 +46,8 @@ std::vector<uint16_t> make_y1(Rng& rng, int64_t rows, int64_t inter) {
 
 // Runs both schedules for every format and activation and both poisons. discard_y1: the live run
 // drops each Y1 line it has read from L2 (ActQuantParams::discard_y1), so Y1 is uploaded afresh
-// before each run; a line dropped before all its readers had it would leave them whatever HBM held.
+// before each run, over a NaN decoy in HBM (upload_over_decoy): a line dropped before all its
+// readers had it would give them NaN.
 void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_live_rows, Rng& rng,
                      bool discard_y1 = false) {
   const int E = static_cast<int>(perm.ends.size());
@@ -85,7 +86,7 @@ void check_act_quant(const ref::Permutation& perm, int64_t inter, int64_t max_li
         d_scale.poison(poison);
         p.schedule = Schedule::kLive;
         p.discard_y1 = discard_y1;
-        if (discard_y1) d_y1.upload(y1);
+        if (discard_y1) upload_over_decoy(d_y1, y1);
         CUDA_OK(kernels::launch_act_quant(p, nullptr));
         CUDA_OK(cudaDeviceSynchronize());
         const std::vector<uint8_t> live_a2 = d_a2.download();
@@ -197,7 +198,9 @@ TEST(ActQuant, SeedShapeDecode) {
 
 // discard_y1 (GEMM1 keeps Y1's decode rows in L2 for act_quant, which drops each line once its
 // warp has read it): the output must not change, for items within a row, spanning rows (I 384 and
-// 768: 3 and 6 groups a row) and the packed format's walk, and at the seed's decode shape.
+// 768: 3 and 6 groups a row) and the packed format's walk, at the seed's decode shape (one item
+// per warp), and with several items per warp (3180 rows of I = 2048: ~4 items for each of the
+// H200's 3168 warps), where a warp's next item is loaded while it drops the current one's lines.
 TEST(ActQuant, DiscardingY1KeepsTheOutput) {
   FP8MOE_REQUIRE_GPU();
   Rng rng(fresh_seed());
@@ -206,6 +209,8 @@ TEST(ActQuant, DiscardingY1KeepsTheOutput) {
     check_act_quant(permutation_from_counts({5, 0, 128, 129, 1, 0, 255, 300}, 300, 4), inter, 300 * 4, rng, true);
   }
   check_seed_decode(rng, true);
+  SCOPED_TRACE("several items per warp");
+  check_act_quant(permutation_from_counts({700, 0, 650, 800, 129, 1, 0, 900}, 1000, 4), 2048, 1000 * 4, rng, true);
 }
 
 TEST(ActQuant, RejectsBadShapes) {

@@ -19,8 +19,8 @@ namespace kernels = fp8moe::kernels;
 // stale_dead_slots: row_of of tokens past *num_tokens points at live rows (as a stale table
 // would); the kernel must still write zeros there because it reads *num_tokens itself.
 // discard_y2: the kernel drops each Y2 line it has read from L2 (UnpermuteParams::discard_y2), so
-// Y2 is uploaded afresh before each run; a line dropped before all its readers had it would
-// leave them whatever HBM held.
+// Y2 is uploaded afresh before each run, over a NaN decoy in HBM (upload_over_decoy): a line
+// dropped before all its readers had it would give them NaN.
 void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale_dead_slots = false,
                      bool discard_y2 = false) {
   const int64_t T = s.tokens, C = s.capacity, H = s.hidden;
@@ -61,7 +61,7 @@ void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale
   for (uint8_t poison : kPoisons) {
     SCOPED_TRACE("poison " + hex_bits(poison));
     d_out.poison(poison);
-    if (discard_y2) d_y2.upload(y2);
+    if (discard_y2) upload_over_decoy(d_y2, y2);
     CUDA_OK(kernels::launch_unpermute(p, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint16_t> got = d_out.download();
