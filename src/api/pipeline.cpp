@@ -110,11 +110,12 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   fused.act = act_params(config);
   fused.pow2 = format == fp8moe::layout::ScaleFormat::kFp32Pow2;
   if (format != fp8moe::layout::ScaleFormat::kUe8m0Packed) g.fused_act = &fused;
-  const bool fused_act = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).fused_act;
+  // Y1 is read once, by act_quant: kept in L2 and dropped once read, as Y2 below (not where GEMM1
+  // runs the activation itself and never writes Y1).
+  g.d_evict_last = live && !knobs::y1_in_l2_off();
+  const gemm::GemmLaunchInfo gemm1 = gemm::sm90_fp8_grouped_gemm_1d2d_info(g);
+  const bool fused_act = gemm1.fused_act;
   if (Status s = check(kernels::launch_permute(perm, stream), "permutation"); s != Status::kSuccess) return s;
-  // Y1 likewise (as Y2 below): read once, by act_quant, which drops each line once read. Where
-  // GEMM1 runs the activation itself Y1 is never written.
-  g.d_evict_last = live && !fused_act && !knobs::y1_in_l2_off() && gemm::sm90_fp8_grouped_gemm_1d2d_info(g).block_n <= 128;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM1"); s != Status::kSuccess) return s;
   g.fused_act = nullptr;
 
@@ -130,7 +131,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.y1 = g.d;
   act.a2 = a2;
   act.a2_scale = a2_scale;
-  act.discard_y1 = g.d_evict_last;
+  act.discard_y1 = gemm1.d_in_l2;
   bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -152,10 +153,11 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   // Y2 is read once, by the unpermutation: at decode GEMM2 writes its rows with an L2 evict_last
   // policy, so that the weights streaming past do not push them out to HBM while GEMM2 streams,
   // and the unpermutation drops each line once read, so they never reach HBM (kept in L2 without
-  // the drop, the next call's GEMM1 paid for their write-back: perf notes v47). Only where GEMM2
-  // can run 128-wide tiles (the width the policy applies to; block_n 0: chosen on the device),
-  // not at prefill capacities; not the padded baseline, which runs as engines do.
-  g.d_evict_last = live && !knobs::y2_in_l2_off() && gemm::sm90_fp8_grouped_gemm_1d2d_info(g).block_n <= 128;
+  // the drop, the next call's GEMM1 paid for their write-back: perf notes v47). The drop follows
+  // where the GEMM applies the policy (GemmLaunchInfo::d_in_l2: 128-wide tiles, so decode and
+  // mid sizes, not prefill capacities); not the padded baseline, which runs as engines do.
+  g.d_evict_last = live && !knobs::y2_in_l2_off();
+  const bool y2_in_l2 = gemm::sm90_fp8_grouped_gemm_1d2d_info(g).d_in_l2;
   if (Status s = check(gemm::sm90_fp8_grouped_gemm_1d2d(g, stream), "GEMM2"); s != Status::kSuccess) return s;
 
   kernels::UnpermuteParams un;
@@ -168,7 +170,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.row_of = row_of;
   un.num_tokens = args.num_tokens;
   un.out = args.out;
-  un.discard_y2 = g.d_evict_last;
+  un.discard_y2 = y2_in_l2;
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }

@@ -63,8 +63,9 @@ struct GroupedGemmArgs {
   // The rows of D the 128-wide tiles copy out (decode sizes: the auto kernel's 128-wide body, or
   // the fixed 128-wide kernels) are written with an L2 evict_last policy, so that the weights
   // streaming past do not evict them, and write them back to HBM, before the next kernel reads
-  // them: the pipeline's GEMM2 (live), whose D only the unpermutation reads, and then drops
-  // (UnpermuteParams::discard_y2).
+  // them (GemmLaunchInfo::d_in_l2 says whether it applies): the pipeline's live GEMMs, whose D
+  // only the next kernel reads, and then drops (ActQuantParams::discard_y1,
+  // UnpermuteParams::discard_y2).
   bool d_evict_last = false;
 };
 
@@ -82,6 +83,9 @@ struct GemmLaunchInfo {
   bool pair_m = false;  // a cluster's CTAs are M-neighbours sharing B (else N-neighbours sharing A)
   bool dynamic = false;  // tiles claimed from GroupedGemmArgs::tile_counter
   bool fused_act = false;  // writes A2 (GroupedGemmArgs::fused_act) instead of D
+  // GroupedGemmArgs::d_evict_last takes effect: D is written and the kernel can run 128-wide
+  // tiles (block_n 128, or chosen on the device; the 192/256-wide tiles store without the policy).
+  bool d_in_l2 = false;
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
 // The weight rows the live kernel's first wave of tiles streams when no touched expert has more

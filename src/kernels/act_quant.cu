@@ -237,8 +237,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) act_quant_kernel(const
     if (cur.active) *reinterpret_cast<uint4*>(cur.out) = codes;
     if (p.discard_y1) {
       // The item's 8 gate and 8 up lines (4 groups x 256 bytes each): line i is read by lanes
-      // 4i..4i+3, so once the warp has its values lane i drops gate line i and lane 8 + i up line i.
-      __syncwarp();
+      // 4i..4i+3, so once the warp has its values (every lane has used them to reach the
+      // shuffles) lane i drops gate line i and lane 8 + i up line i.
       const int reader = 4 * (lane % 8);
       const uint64_t line = __shfl_sync(detail::kFullMask, reinterpret_cast<uint64_t>(cur.gate), reader);
       const bool live_line = __shfl_sync(detail::kFullMask, cur.active, reader);

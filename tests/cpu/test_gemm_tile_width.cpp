@@ -98,6 +98,29 @@ TEST(GemmTileWidth, FusedActivationAtPrefillCapacities) {
   EXPECT_FALSE(info(4096, 32, 640, kLive, true).fused_act);  // N = 2I with I = 320: not a multiple of 128
 }
 
+// GroupedGemmArgs::d_evict_last takes effect (GemmLaunchInfo::d_in_l2, which the pipeline's drops
+// in act_quant and the unpermutation follow) only where D is written by tiles that can be 128 wide:
+// the auto kernel (decode, 512/512) and the padded 128-wide kernels, not the 192/256-wide
+// prefill kernels nor GEMM1 with the activation epilogue (no D at all).
+TEST(GemmTileWidth, KeepsDInL2OnlyWhere128WideTilesWriteIt) {
+  if (std::getenv("FP8MOE_GEMM_BLOCK_N") || std::getenv("FP8MOE_GEMM_CLUSTER") || std::getenv("FP8MOE_FUSED_ACT"))
+    GTEST_SKIP() << "FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER / FP8MOE_FUSED_ACT override the choice";
+  const gemm::FusedActQuant fused;  // (pointers unused: nothing is launched)
+  auto in_l2 = [&](int capacity, int n, layout::Schedule schedule, bool evict_last, bool with_fused) {
+    gemm::GroupedGemmArgs a = args_at(capacity, 8, 32, n, schedule, gemm::GemmCluster::kSingle);
+    a.d_evict_last = evict_last;
+    a.fused_act = with_fused ? &fused : nullptr;
+    return gemm::sm90_fp8_grouped_gemm_1d2d_info(a).d_in_l2;
+  };
+  constexpr auto kLive = layout::Schedule::kLive;
+  EXPECT_TRUE(in_l2(512, 7168, kLive, true, false));    // GEMM2 at decode: the auto kernel
+  EXPECT_TRUE(in_l2(512, 4096, kLive, true, true));     // GEMM1 at decode: no epilogue there
+  EXPECT_FALSE(in_l2(512, 7168, kLive, false, false));  // not asked for
+  EXPECT_FALSE(in_l2(4096, 7168, kLive, true, false));  // 256 wide
+  EXPECT_FALSE(in_l2(4096, 4096, kLive, true, true));   // the epilogue writes A2, not D
+  EXPECT_TRUE(in_l2(4096, 7168, layout::Schedule::kPadded, true, false));  // 128 wide
+}
+
 // The device's rule: 192 columns once the touched experts average more than one 128-row M-tile.
 TEST(GemmTileWidth, DeviceRuleFollowsLiveRows) {
   auto wide = [](const std::vector<int32_t>& counts) {
