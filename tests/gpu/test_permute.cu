@@ -288,17 +288,17 @@ TEST(Permute, ManySlotsAndExperts) {
 }
 
 // More quantization items (live tokens x chunks of 512 columns) than the persistent grid has warps
-// (5280 on an H200), so that warps take several items each (the grid-stride loop past its first
-// item; prefill-sized, with a partly live capacity).
+// (5280 on an H200, 5 CTAs of 8 warps per SM), so that warps take several items each: the
+// grid-stride loop past its first item, which no smaller test reaches, with partly live capacities.
 TEST(Permute, MoreItemsThanWarps) {
   FP8MOE_REQUIRE_GPU();
   Rng rng(fresh_seed());
-  const ref::Shape s = make_shape(3000, 3000, 2048, 64, 4);  // 12000 items
+  const ref::Shape s = make_shape(3000, 3000, 4096, 64, 4);  // 8 chunks per token
   Routing r;
   r.ids = random_ids(rng, s.tokens, s.top_k, s.num_experts, 0.02, 0.01);
   r.has_num_tokens = true;
   const std::vector<uint16_t> hidden = random_rows(rng, s.tokens, s.hidden);
-  for (int32_t n : {2999, 1400, 1}) {  // 11996, 5600 and 4 items
+  for (int32_t n : {2999, 1400, 1}) {  // 23992, 11200 and 8 items
     SCOPED_TRACE("num_tokens " + std::to_string(n));
     r.num_tokens = n;
     check_permute(s, r, hidden);
