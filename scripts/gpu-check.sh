@@ -22,19 +22,8 @@ OUT=${OUT:-./gpu-out}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-}  # optional --gtest_filter for the memcheck run
 SYNCCHECK_FILTER=${SYNCCHECK_FILTER:-'Sm90*:Op*'}  # the tests synccheck runs (the GEMMs' barriers; ~20 s)
 mkdir -p "$OUT"
-export PATH="$PATH:/usr/local/cuda/bin"
-# cuBLASLt (the FP8 ceiling) and CUPTI (fp8moe-bench's kernel timestamps) are loaded at run time;
-# find each wherever this machine's CUDA keeps it (CUPTI often lives apart, in extras/CUPTI).
-for lib in libcublasLt.so.13 libcupti.so.13; do
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
-           /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib \
-           /usr/local/cuda-*/lib64 /usr/local/cuda-*/extras/CUPTI/lib64; do
-    if [[ -e $d/$lib ]]; then
-      [[ ":${LD_LIBRARY_PATH:-}:" == *":$d:"* ]] || export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      break
-    fi
-  done
-done
+# shellcheck source=scripts/gpu-env.sh
+source scripts/gpu-env.sh  # (the working directory is the repository root now)
 
 CPU_TESTS=$BUILD_DIR/tests/fp8moe_cpu_tests
 GPU_TESTS=$BUILD_DIR/tests/fp8moe_gpu_tests

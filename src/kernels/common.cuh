@@ -220,15 +220,12 @@ __device__ __forceinline__ float quantize_lane(const uint32_t (&w)[8], uint4& co
 __device__ __forceinline__ float sigmoid_fast(float x, float& n) {
   const float t = __fmaf_rn(-x, 1.44269504089f, 12582912.0f);
   n = __fadd_rn(t, -12582912.0f);
-  float r = __fmaf_rn(n, -0.693145751953125f, -x);
-  r = __fmaf_rn(n, -1.42860676533018e-06f, r);
-  float p = 1.98412698e-04f;
-  p = __fmaf_rn(p, r, 1.38888889e-03f);
-  p = __fmaf_rn(p, r, 8.33333333e-03f);
-  p = __fmaf_rn(p, r, 4.16666667e-02f);
-  p = __fmaf_rn(p, r, 1.66666667e-01f);
-  p = __fmaf_rn(p, r, 0.5f);
-  p = __fmaf_rn(p, r, 1.0f);
+  const float r = __fmaf_rn(n, -num::kLn2, -x);
+  float p = num::kExpC5;
+  p = __fmaf_rn(p, r, num::kExpC4);
+  p = __fmaf_rn(p, r, num::kExpC3);
+  p = __fmaf_rn(p, r, num::kExpC2);
+  p = __fmaf_rn(p, r, num::kExpC1);
   p = __fmaf_rn(p, r, 1.0f);
   // d = 1 + e with e = p * 2^n exact: one fma, fma(p, 2^n, 1) = RN(p * 2^n + 1) = RN(1 + e).
   const float d = __fmaf_rn(p, __uint_as_float((__float_as_uint(t) << 23) + 0x3F800000u), 1.0f);

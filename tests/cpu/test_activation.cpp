@@ -12,10 +12,13 @@
 namespace fp8moe {
 namespace {
 
-// Max relative error below 4e-7 (about 3.4 ulp) wherever the result is a normal float; in the
-// subnormal range (x < -87.34) the final rounding to the subnormal grid adds up to half of 2^-149.
+// Max relative error below 4.5e-7 (about 3.8 ulp) wherever the result is a normal float, and below
+// 2.5e-7 for |x| <= 20 (the part of silu's range where the sigmoid is not saturated): the
+// reduction's one constant, RN(ln 2), contributes |n| 1.9e-9 relative, so the error grows towards
+// the ends. In the subnormal range (x < -87.34) the final rounding to the subnormal grid adds up
+// to half of 2^-149.
 TEST(ExpF, MatchesFp64ExpOnDenseSweep) {
-  double max_rel = 0, worst_x = 0;
+  double max_rel = 0, worst_x = 0, max_rel_center = 0;
   const int64_t n = 4000000;
   for (int64_t i = 0; i <= n; ++i) {
     const float x = static_cast<float>(-100.0 + 188.0 * double(i) / double(n));
@@ -24,12 +27,15 @@ TEST(ExpF, MatchesFp64ExpOnDenseSweep) {
     const double err = std::fabs(got - want);
     if (want >= FLT_MIN) {
       if (err / want > max_rel) max_rel = err / want, worst_x = x;
+      if (std::fabs(x) <= 20.0f) max_rel_center = std::max(max_rel_center, err / want);
     } else {
-      ASSERT_LE(err, 4e-7 * want + std::ldexp(1.0, -150)) << "x = " << x;
+      ASSERT_LE(err, 4.5e-7 * want + std::ldexp(1.0, -150)) << "x = " << x;
     }
   }
-  std::printf("exp_f: max relative error %.3g at x = %.9g\n", max_rel, worst_x);
-  EXPECT_LT(max_rel, 4e-7) << "at x = " << worst_x;
+  std::printf("exp_f: max relative error %.3g at x = %.9g, %.3g for |x| <= 20\n", max_rel, worst_x,
+              max_rel_center);
+  EXPECT_LT(max_rel, 4.5e-7) << "at x = " << worst_x;
+  EXPECT_LT(max_rel_center, 2.5e-7);
 }
 
 TEST(ExpF, SpecialValues) {
