@@ -9,8 +9,9 @@
 #   cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build build-gpu -j
 # The test binaries are run directly rather than through ctest, because CTest files hold the dev
 # machine's absolute paths. Without test binaries the script tries to build here (needs GoogleTest).
-# Everything it writes goes to OUT (default ./gpu-out). PACK_TO=FILE also packs OUT into one
-# tarball at the end (the device tool brings back only a few files of a run), e.g.
+# Everything it writes goes to OUT (default ./gpu-out), its own output too (OUT/gpu-check.txt).
+# PACK_TO=FILE also packs OUT into one tarball at the end (the device tool brings back only a few
+# files of a run), e.g.
 #   OUT=/tmp/gpu-check PACK_TO=$OUT/gpu-check.tgz BUILD_DIR=... scripts/gpu-check.sh
 # FULL=1 adds everything docs/benchmarks.md tabulates (both Qwen presets, --act-only, --sweep) and
 # fp8moe-wgmma-rate and fp8moe-tma-stream, about two more minutes on an H200.
@@ -22,6 +23,8 @@ OUT=${OUT:-./gpu-out}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-}  # optional --gtest_filter for the memcheck run
 SYNCCHECK_FILTER=${SYNCCHECK_FILTER:-'Sm90*:Op*'}  # the tests synccheck runs (the GEMMs' barriers; ~20 s)
 mkdir -p "$OUT"
+# Everything this script prints also goes to OUT/gpu-check.txt, so the log travels with OUT.
+exec > >(tee "$OUT/gpu-check.txt") 2>&1
 # shellcheck source=scripts/gpu-env.sh
 source scripts/gpu-env.sh  # (the working directory is the repository root now)
 
