@@ -24,18 +24,17 @@ OUT=${OUT:-./ab-out}
 mkdir -p "$OUT"
 
 run_arm() {  # run_arm SPEC CASE JSON
-  local spec=$1 case=$2 json=$3 binary env=() kv
+  local spec=$1 case=$2 json=$3 binary knobs=()
   binary=${spec#*=}
   if [[ $binary == *@* ]]; then
-    IFS=, read -ra kv <<<"${binary#*@}"
-    env=("${kv[@]}")
+    IFS=, read -ra knobs <<<"${binary#*@}"
     binary=${binary%%@*}
   fi
   if [[ $case == act-only ]]; then
-    env "${env[@]}" "$binary" --act-only --json "$json" ${EXTRA:-}
+    env "${knobs[@]}" "$binary" --act-only --json "$json" ${EXTRA:-}
   else
     IFS=: read -r preset capacity tokens <<<"$case"
-    env "${env[@]}" "$binary" --preset "$preset" --capacity "$capacity" --tokens "$tokens" --schedule live \
+    env "${knobs[@]}" "$binary" --preset "$preset" --capacity "$capacity" --tokens "$tokens" --schedule live \
       --quick --samples "$SAMPLES" --json "$json" ${EXTRA:-}
   fi
 }

@@ -218,15 +218,9 @@ __device__ __forceinline__ float quantize_lane(const uint32_t (&w)[8], uint4& co
 //  - d = 1 + e lies in [1, 2^126), where rcp_rn_fast(d) is RN(1/d) = num::div_rn(1, d).
 // Checked on every float x in tests/gpu/test_conversions.cu. A NaN x gives a NaN (other payload).
 __device__ __forceinline__ float sigmoid_fast(float x, float& n) {
-  const float t = __fmaf_rn(-x, 1.44269504089f, 12582912.0f);
-  n = __fadd_rn(t, -12582912.0f);
-  const float r = __fmaf_rn(n, -num::kLn2, -x);
-  float p = num::kExpC5;
-  p = __fmaf_rn(p, r, num::kExpC4);
-  p = __fmaf_rn(p, r, num::kExpC3);
-  p = __fmaf_rn(p, r, num::kExpC2);
-  p = __fmaf_rn(p, r, num::kExpC1);
-  p = __fmaf_rn(p, r, 1.0f);
+  const float t = __fmaf_rn(-x, num::kLog2e, num::kRoundMagic);
+  n = __fadd_rn(t, -num::kRoundMagic);
+  const float p = num::exp_poly(__fmaf_rn(n, -num::kLn2, -x));
   // d = 1 + e with e = p * 2^n exact: one fma, fma(p, 2^n, 1) = RN(p * 2^n + 1) = RN(1 + e).
   const float d = __fmaf_rn(p, __uint_as_float((__float_as_uint(t) << 23) + 0x3F800000u), 1.0f);
   return rcp_rn_fast(d);

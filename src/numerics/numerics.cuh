@@ -212,21 +212,27 @@ FP8MOE_HD uint8_t quantize_e4m3(float x, float scale) { return e4m3_from_float(d
 // and five for the polynomial instead of two and seven: act_quant and GEMM1's activation
 // epilogue are bound by their instruction issue (perf notes v14, v34, v50). Not libm's expf: its
 // point is to give the same bits on host and device.
-constexpr float kLn2 = 0.693147182f;  // RN(ln 2)
-constexpr float kExpC1 = 0.999999642f, kExpC2 = 0.499991953f, kExpC3 = 0.166679308f, kExpC4 = 0.041892495f,
-                kExpC5 = 0.00826306362f;
+// The steps exp_f shares with the kernels' exact fast path (kernels/common.cuh: sigmoid_fast), so
+// that both run the same operations by construction.
+constexpr float kLog2e = 1.44269504089f;    // RN(log2 e)
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds |v| < 2^22 to an integer
+constexpr float kLn2 = 0.693147182f;        // RN(ln 2)
+// e^r for |r| <= ln(2) / 2 (Horner, five FMAs).
+FP8MOE_HD float exp_poly(float r) {
+  float p = 0.00826306362f;
+  p = fma_rn(p, r, 0.041892495f);
+  p = fma_rn(p, r, 0.166679308f);
+  p = fma_rn(p, r, 0.499991953f);
+  p = fma_rn(p, r, 0.999999642f);
+  return fma_rn(p, r, 1.0f);
+}
 FP8MOE_HD float exp_f(float x) {
   if (is_nan(x)) return x;
   if (x > 88.7f) return float_of(0x7F800000u);
   if (x < -103.5f) return 0.0f;
-  const float n = add_rn(fma_rn(x, 1.44269504089f, 12582912.0f), -12582912.0f);  // round(x*log2 e)
+  const float n = add_rn(fma_rn(x, kLog2e, kRoundMagic), -kRoundMagic);  // round(x*log2 e)
   const float r = fma_rn(n, -kLn2, x);  // one rounding; ln 2's own rounding adds |n| 1.9e-9
-  float p = kExpC5;
-  p = fma_rn(p, r, kExpC4);
-  p = fma_rn(p, r, kExpC3);
-  p = fma_rn(p, r, kExpC2);
-  p = fma_rn(p, r, kExpC1);
-  p = fma_rn(p, r, 1.0f);
+  float p = exp_poly(r);
   const int ni = static_cast<int>(n);  // in [-150, 128]
   const int n1 = ni / 2, n2 = ni - n1;  // each half is a normal power of two
   p = mul_rn(p, float_of(static_cast<uint32_t>(n1 + 127) << 23));
