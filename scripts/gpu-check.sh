@@ -23,8 +23,10 @@ OUT=${OUT:-./gpu-out}
 MEMCHECK_FILTER=${MEMCHECK_FILTER:-}  # optional --gtest_filter for the memcheck run
 SYNCCHECK_FILTER=${SYNCCHECK_FILTER:-'Sm90*:Op*'}  # the tests synccheck runs (the GEMMs' barriers; ~20 s)
 mkdir -p "$OUT"
-# Everything this script prints also goes to OUT/gpu-check.txt, so the log travels with OUT.
-exec > >(tee "$OUT/gpu-check.txt") 2>&1
+# Everything this script prints also goes to OUT/gpu-check.txt, so the log travels with OUT (fds 3
+# and 4 keep the terminal's, so that the log can be closed and complete before OUT is packed).
+exec 3>&1 4>&2 > >(tee "$OUT/gpu-check.txt" >&3) 2>&1
+tee_pid=$!
 # shellcheck source=scripts/gpu-env.sh
 source scripts/gpu-env.sh  # (the working directory is the repository root now)
 
@@ -170,6 +172,8 @@ for i in "${!names[@]}"; do
   printf '  %-32s %s\n' "${names[$i]}" "${results[$i]}"
   [[ ${results[$i]} == FAIL ]] && failed=1
 done
+exec 1>&3 2>&4 3>&- 4>&-  # the log ends here: tee sees its input close and finishes writing it
+wait "$tee_pid"
 if [[ -n ${PACK_TO:-} ]]; then  # written outside OUT first: PACK_TO may lie inside it
   pack=$(mktemp)
   tar czf "$pack" -C "$(dirname "$OUT")" "$(basename "$OUT")" && mv "$pack" "$PACK_TO" &&
