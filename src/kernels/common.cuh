@@ -212,9 +212,9 @@ __device__ __forceinline__ float quantize_lane(const uint32_t (&w)[8], uint4& co
 //  - |n| <= 125 puts -x inside (-87, 87), where exp_f takes its polynomial path: the same
 //    operations (num::kLog2e, kRoundMagic, kLn2, exp_poly) give the same n, r and p. exp_f then
 //    scales p by 2^n1 and 2^n2 (n1 + n2 = n); with p in [0.70, 1.42] and the result normal and
-//    finite, both products are exact, so one
-//    product by 2^n (a normal power of two: ((n + 127) << 23), taken from the bits of
-//    t = 1.5 * 2^23 + n, whose low 9 bits are those of n) is the same value.
+//    finite, both products are exact, so one product by 2^n (a normal power of two:
+//    ((n + 127) << 23), taken from the bits of t = 1.5 * 2^23 + n, whose low 9 bits are those of
+//    n) is the same value.
 //    Since that product is exact, fma(p, 2^n, 1) is add_rn(1, e) in one operation.
 //  - d = 1 + e lies in [1, 2^126), where rcp_rn_fast(d) is RN(1/d) = num::div_rn(1, d).
 // Checked on every float x in tests/gpu/test_conversions.cu. A NaN x gives a NaN (other payload).
