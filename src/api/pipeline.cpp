@@ -171,6 +171,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.num_tokens = args.num_tokens;
   un.out = args.out;
   un.discard_y2 = y2_in_l2;
+  un.dependent_launch = !knobs::unpermute_pdl_off();
+  un.remap_blocks = knobs::unpermute_remap();
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }

@@ -25,6 +25,10 @@ struct UnpermuteParams {
   // without a write-back (its contents become undefined). The pipeline's live schedule, whose
   // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
   bool discard_y2 = false;
+  // EXPERIMENT (v55): launch as a programmatic dependent of GEMM2 (true) or plainly (false).
+  bool dependent_launch = true;
+  // EXPERIMENT (v55): block b works as block (b % 3) * (grid / 3) + b / 3 (grid a multiple of 3).
+  bool remap_blocks = false;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers.

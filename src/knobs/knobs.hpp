@@ -68,6 +68,15 @@ inline bool y2_in_l2_off() {
   static const bool off = equals("FP8MOE_Y2_IN_L2", "0");
   return off;
 }
+// EXPERIMENT (v55): FP8MOE_UNPERMUTE_PDL=0 launches unpermute plainly; FP8MOE_UNPERMUTE_REMAP=1.
+inline bool unpermute_pdl_off() {
+  static const bool off = equals("FP8MOE_UNPERMUTE_PDL", "0");
+  return off;
+}
+inline bool unpermute_remap() {
+  static const bool on = equals("FP8MOE_UNPERMUTE_REMAP", "1");
+  return on;
+}
 inline bool y1_in_l2_off() {
   static const bool off = equals("FP8MOE_Y1_IN_L2", "0");
   return off;
