@@ -171,8 +171,12 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.num_tokens = args.num_tokens;
   un.out = args.out;
   un.discard_y2 = y2_in_l2;
-  un.dependent_launch = !knobs::unpermute_pdl_off();
-  un.remap_blocks = knobs::unpermute_remap();
+  // Plainly at prefill capacities: launched as a dependent, its CTAs take the SMs GEMM2 leaves and
+  // wait there, and it then ends 4-15 us (9-10%) later after GEMM2 than launched plainly, for reasons
+  // not isolated (the blocks' placement is part of it); below them the early start saves 1-2 us
+  // (perf notes v55). Both schedules alike: how it is launched changes no bit.
+  const int unpermute_pdl = knobs::unpermute_pdl();
+  un.dependent_launch = unpermute_pdl >= 0 ? unpermute_pdl != 0 : !gemm1.prefill;
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }

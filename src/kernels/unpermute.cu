@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
   const int64_t live_units = live * units_per_row;
   const int64_t units = p.tokens * units_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t block = p.remap_blocks ? (blockIdx.x % 3) * (gridDim.x / 3) + blockIdx.x / 3 : blockIdx.x;
-  const int64_t first = block * blockDim.x + threadIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint16_t* __restrict__ y2 = static_cast<const uint16_t*>(p.y2);
   uint16_t* __restrict__ out = static_cast<uint16_t*>(p.out);
 
@@ -112,12 +111,7 @@ cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   int blocks = 0;
   const int64_t needed = layout::ceil_div(p.tokens * (p.hidden_size / kValues), kThreads);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  if (p.remap_blocks && blocks % 3 != 0) return cudaErrorInvalidValue;
-  if (!p.dependent_launch) {
-    unpermute_kernel<<<blocks, kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
-  }
-  return launch_dependent(unpermute_kernel, blocks, kThreads, 0, stream, p);
+  return launch_maybe_dependent(p.dependent_launch, unpermute_kernel, blocks, kThreads, 0, stream, p);
 }
 
 }  // namespace fp8moe::kernels

@@ -25,10 +25,11 @@ struct UnpermuteParams {
   // without a write-back (its contents become undefined). The pipeline's live schedule, whose
   // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
   bool discard_y2 = false;
-  // EXPERIMENT (v55): launch as a programmatic dependent of GEMM2 (true) or plainly (false).
+  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh), or plainly. The pipeline
+  // launches it plainly at prefill capacities, where it then takes 9-10% less time after GEMM2
+  // (perf notes v55), and as a dependent below them, where its start beside GEMM2's tail saves
+  // 1-2 us.
   bool dependent_launch = true;
-  // EXPERIMENT (v55): block b works as block (b % 3) * (grid / 3) + b / 3 (grid a multiple of 3).
-  bool remap_blocks = false;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers.

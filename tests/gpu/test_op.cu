@@ -170,10 +170,11 @@ TEST(Op, PrefillShapeFusedActivationSwigluPow2) {
 
 // run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
 // captured graph every kernel but the first is reached from the kernel before it through a
-// programmatic edge (none with FP8MOE_PDL=0). `expected_kernels`: permute_count (metadata grid
-// only), permute_metadata, quantize, GEMM1, act_quant (not where GEMM1 does the activation),
-// GEMM2, unpermute.
-void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels) {
+// programmatic edge (none with FP8MOE_PDL=0), except unpermute where `plain_unpermute` (prefill
+// capacities: a plain edge from GEMM2). `expected_kernels`: permute_count (metadata grid only),
+// permute_metadata, quantize, GEMM1, act_quant (not where GEMM1 does the activation), GEMM2,
+// unpermute.
+void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels, bool plain_unpermute) {
   size_t num_nodes = 0, num_edges = 0;
   CUDA_OK(cudaGraphGetNodes(graph, nullptr, &num_nodes));
   std::vector<cudaGraphNode_t> nodes(num_nodes);
@@ -187,17 +188,24 @@ void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels) {
     EXPECT_EQ(cudaGraphNodeGetType(n, &type), cudaSuccess);
     return type == cudaGraphNodeTypeKernel;
   };
-  int kernels = 0, programmatic = 0;
+  int kernels = 0, programmatic = 0, plain = 0;
   for (cudaGraphNode_t n : nodes) kernels += is_kernel(n);
-  for (size_t i = 0; i < num_edges; ++i)
-    programmatic += is_kernel(from[i]) && is_kernel(to[i]) && data[i].type == cudaGraphDependencyTypeProgrammatic;
+  for (size_t i = 0; i < num_edges; ++i) {
+    if (!is_kernel(from[i]) || !is_kernel(to[i])) continue;
+    const bool edge_programmatic = data[i].type == cudaGraphDependencyTypeProgrammatic;
+    programmatic += edge_programmatic;
+    plain += !edge_programmatic;
+  }
   EXPECT_EQ(kernels, expected_kernels);
-  EXPECT_EQ(programmatic, fp8moe::knobs::pdl() ? kernels - 1 : 0);
+  const int want_programmatic = fp8moe::knobs::pdl() ? kernels - 1 - plain_unpermute : 0;
+  EXPECT_EQ(programmatic, want_programmatic);
+  EXPECT_EQ(plain, kernels - 1 - want_programmatic);
 }
 
 // Capture run() once per schedule, then change routing and *num_tokens in place and replay.
 // live_fuses_act: the shape's capacity is a prefill capacity, where the live GEMM1 does the
-// activation in its epilogue and act_quant is not launched (gemm::GroupedGemmArgs::fused_act).
+// activation in its epilogue and act_quant is not launched (gemm::GroupedGemmArgs::fused_act),
+// and unpermute is launched plainly (kernels::UnpermuteParams::dependent_launch).
 void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
   fp8moe::test::Rng rng(fp8moe::test::fresh_seed());
   MoeProblem p = fp8moe::test::make_problem(rng, shape);
@@ -220,7 +228,10 @@ void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
     // (FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER move the fusion rule: only its off switch is followed)
     const bool knob_override = fp8moe::knobs::gemm_block_n() != 0 || fp8moe::knobs::gemm_cluster() != 0;
     const bool fused = arm == 0 && live_fuses_act && !fp8moe::knobs::fused_act_off();
-    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused);
+    // unpermute is launched plainly at prefill capacities (both arms), unless FP8MOE_UNPERMUTE_PDL says
+    const int unpermute_pdl = fp8moe::knobs::unpermute_pdl();
+    const bool plain_unpermute = unpermute_pdl >= 0 ? unpermute_pdl == 0 : live_fuses_act;
+    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused, plain_unpermute);
     CUDA_OK(cudaGraphInstantiate(&exec[arm], graph, 0));
     CUDA_OK(cudaGraphDestroy(graph));
   }
