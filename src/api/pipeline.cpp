@@ -132,6 +132,7 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.a2 = a2;
   act.a2_scale = a2_scale;
   act.discard_y1 = gemm1.d_in_l2;
+  act.dependent_launch = !knobs::act_quant_pdl_off();
   bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
