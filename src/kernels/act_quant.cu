@@ -269,11 +269,11 @@ cudaError_t launch(const ActQuantParams& p, cudaStream_t stream) {
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
   switch (p.scale_format) {
     case layout::ScaleFormat::kFp32:
-      return launch_maybe_dependent(p.dependent_launch, act_quant_kernel<kKind, layout::ScaleFormat::kFp32>, blocks, kThreads, smem, stream, p);
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kFp32>, blocks, kThreads, smem, stream, p);
     case layout::ScaleFormat::kFp32Pow2:
-      return launch_maybe_dependent(p.dependent_launch, act_quant_kernel<kKind, layout::ScaleFormat::kFp32Pow2>, blocks, kThreads, smem, stream, p);
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kFp32Pow2>, blocks, kThreads, smem, stream, p);
     case layout::ScaleFormat::kUe8m0Packed:
-      return launch_maybe_dependent(p.dependent_launch, act_quant_kernel<kKind, layout::ScaleFormat::kUe8m0Packed>, blocks, kThreads, smem, stream, p);
+      return launch_dependent(act_quant_kernel<kKind, layout::ScaleFormat::kUe8m0Packed>, blocks, kThreads, smem, stream, p);
     default:
       return cudaErrorInvalidValue;
   }

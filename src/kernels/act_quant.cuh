@@ -33,8 +33,6 @@ struct ActQuantParams {
   // Y1 is dead once read: each 128-byte line of it this kernel reads is then dropped from L2
   // without a write-back (as UnpermuteParams::discard_y2 for Y2).
   bool discard_y1 = false;
-  // EXPERIMENT (v56): launched as a programmatic dependent of GEMM1 (true) or plainly.
-  bool dependent_launch = true;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers (E <= 6000 for kLive).

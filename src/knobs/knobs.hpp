@@ -74,11 +74,6 @@ inline int unpermute_pdl() {
   static const int v = integer("FP8MOE_UNPERMUTE_PDL", -1);
   return v;
 }
-// EXPERIMENT (v56): FP8MOE_ACT_QUANT_PDL=0 launches act_quant plainly.
-inline bool act_quant_pdl_off() {
-  static const bool off = equals("FP8MOE_ACT_QUANT_PDL", "0");
-  return off;
-}
 inline bool y1_in_l2_off() {
   static const bool off = equals("FP8MOE_Y1_IN_L2", "0");
   return off;
