@@ -132,7 +132,6 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   act.a2 = a2;
   act.a2_scale = a2_scale;
   act.discard_y1 = gemm1.d_in_l2;
-  act.dependent_launch = !knobs::act_quant_pdl_off();
   bool leave_out_act = fused_act;
   if (FP8MOE_PIPELINE_ABLATE & 1) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -172,13 +171,24 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.num_tokens = args.num_tokens;
   un.out = args.out;
   un.discard_y2 = y2_in_l2;
-  // Plainly at prefill capacities: launched as a dependent, its CTAs take the SMs GEMM2 leaves and
-  // wait there, and it then ends 4-15 us (9-10%) later after GEMM2 than launched plainly, for reasons
-  // not isolated (the blocks' placement is part of it); below them the early start saves 1-2 us
-  // (perf notes v55). Both schedules alike: how it is launched changes no bit.
+  // At prefill capacities two launches: the zero rows of tokens past *num_tokens as a programmatic
+  // dependent of GEMM2 (written beside GEMM2's tail, before the wait), then the live rows plainly.
+  // Launched as a dependent, the live rows ended 4-15 us (9-10%) later after GEMM2 than launched
+  // plainly, for reasons not isolated (the blocks' placement is part of it); launched plainly, the
+  // zero rows came after GEMM2 (seed 4096/256 +3 us). Below prefill capacities one dependent launch
+  // does both: its early start saves 1-2 us at decode (perf notes v55, v57). Both schedules alike:
+  // how it is launched changes no bit. FP8MOE_UNPERMUTE_PDL=1 / 0: one launch, dependent / plain.
   const int unpermute_pdl = knobs::unpermute_pdl();
-  un.dependent_launch = unpermute_pdl >= 0 ? unpermute_pdl != 0 : !gemm1.prefill;
+  const bool split_unpermute = unpermute_pdl < 0 && gemm1.prefill;
+  un.dependent_launch = unpermute_pdl != 0;
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
+  if (split_unpermute) {
+    un.rows = kernels::UnpermuteParams::Rows::kDead;
+    if (Status s = check(kernels::launch_unpermute(un, stream), "unpermute (zero rows)"); s != Status::kSuccess)
+      return s;
+    un.rows = kernels::UnpermuteParams::Rows::kLive;
+    un.dependent_launch = false;
+  }
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }
 

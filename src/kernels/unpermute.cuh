@@ -25,10 +25,15 @@ struct UnpermuteParams {
   // without a write-back (its contents become undefined). The pipeline's live schedule, whose
   // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
   bool discard_y2 = false;
-  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh), or plainly. The pipeline
-  // launches it plainly at prefill capacities, where it then takes 9-10% less time after GEMM2
-  // (perf notes v55), and as a dependent below them, where its start beside GEMM2's tail saves
-  // 1-2 us.
+  // Which rows this launch writes: all, or (one call split in two launches) only the zero rows of
+  // tokens t >= *num_tokens, or only the live tokens' rows.
+  enum class Rows { kAll, kDead, kLive };
+  Rows rows = Rows::kAll;
+  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh), or plainly. At prefill
+  // capacities the pipeline writes the zero rows in a dependent launch (before its wait, beside
+  // GEMM2's tail) and the live rows in a plain launch after it: a dependent launch's live rows
+  // took 9-10% longer after GEMM2's end, and a plain launch's zero rows all came after it (perf
+  // notes v55, v57). Below prefill capacities one dependent launch does both.
   bool dependent_launch = true;
 };
 
