@@ -130,7 +130,6 @@ std::string kernel_role(const std::string& name, int index_in_replay, int* gemms
   if (name.find("permute_count") != std::string::npos) return "permute_count";  // metadata on a grid, first half
   if (name.find("permute_metadata") != std::string::npos) return "permute_metadata";
   if (name.find("quantize_permuted") != std::string::npos) return "quantize";
-  if (name.find("unpermute_zero_rows") != std::string::npos) return "unpermute_zero";  // prefill: its zero rows
   if (name.find("unpermute") != std::string::npos) return "unpermute";
   if (name.find("act_quant") != std::string::npos) return "act_quant";
   if (name.find("grouped_gemm") != std::string::npos) return ++*gemms_seen == 1 ? "gemm1" : "gemm" + std::to_string(*gemms_seen);

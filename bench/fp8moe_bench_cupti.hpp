@@ -57,8 +57,7 @@ bool split_replays(const std::vector<KernelRecord>& records, int kernels_per_rep
 
 // Role of a pipeline kernel from its (mangled) name: "permute_metadata", "quantize", "gemm1" /
 // "gemm2" (first / second grouped GEMM of the replay, counted in *gemms_seen), "act_quant",
-// "unpermute_zero" (the zero rows' launch of a split unpermutation, prefill capacities), "unpermute";
-// "kernel<index>" for anything else.
+// "unpermute"; "kernel<index>" for anything else.
 std::string kernel_role(const std::string& name, int index_in_replay, int* gemms_seen);
 
 }  // namespace fp8moe::bench::cupti

@@ -171,24 +171,8 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.num_tokens = args.num_tokens;
   un.out = args.out;
   un.discard_y2 = y2_in_l2;
-  // At prefill capacities two launches: the zero rows of tokens past *num_tokens as a programmatic
-  // dependent of GEMM2 (written beside GEMM2's tail, before the wait), then the live rows plainly.
-  // Launched as a dependent, the live rows ended 4-15 us (9-10%) later after GEMM2 than launched
-  // plainly, for reasons not isolated (the blocks' placement is part of it); launched plainly, the
-  // zero rows came after GEMM2 (seed 4096/256 +3 us). Below prefill capacities one dependent launch
-  // does both: its early start saves 1-2 us at decode (perf notes v55, v57). Both schedules alike:
-  // how it is launched changes no bit. FP8MOE_UNPERMUTE_PDL=1 / 0: one launch, dependent / plain.
-  const int unpermute_pdl = knobs::unpermute_pdl();
-  const bool split_unpermute = unpermute_pdl < 0 && gemm1.prefill;
-  un.dependent_launch = unpermute_pdl != 0;
+  un.dependent_launch = !knobs::unpermute_pdl_off();  // (an A/B switch, UnpermuteParams::dependent_launch)
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
-  if (split_unpermute) {
-    un.rows = kernels::UnpermuteParams::Rows::kDead;
-    if (Status s = check(kernels::launch_unpermute(un, stream), "unpermute (zero rows)"); s != Status::kSuccess)
-      return s;
-    un.rows = kernels::UnpermuteParams::Rows::kLive;
-    un.dependent_launch = false;
-  }
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }
 

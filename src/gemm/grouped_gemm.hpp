@@ -86,9 +86,6 @@ struct GemmLaunchInfo {
   // GroupedGemmArgs::d_evict_last takes effect: D is written and the kernel can run 128-wide
   // tiles (block_n 128, or chosen on the device; the 192/256-wide tiles store without the policy).
   bool d_in_l2 = false;
-  // A prefill capacity: a full capacity gives an expert more than 192 rows on average (the host
-  // then fixes the tile width).
-  bool prefill = false;
 };
 GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& args);
 // The weight rows the live kernel's first wave of tiles streams when no touched expert has more

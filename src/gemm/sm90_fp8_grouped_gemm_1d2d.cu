@@ -192,7 +192,6 @@ GemmLaunchInfo sm90_fp8_grouped_gemm_1d2d_info(const GroupedGemmArgs& a) {
   info.dynamic = tile_counter_for(a) != nullptr;
   info.fused_act = fuse_act(a);
   info.d_in_l2 = a.d_evict_last && !info.fused_act && info.block_n <= 128;
-  info.prefill = prefill_capacity(a);
   return info;
 }
 

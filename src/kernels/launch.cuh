@@ -22,9 +22,9 @@
 //     then take the SMs GEMM1 leaves while act_quant's few working CTAs run (Qwen3-30B 512/16
 //     -0.4..-1.0 us, 512/1 -2.1..-2.6; perf notes v29).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
-// launches; for A/B measurements; knobs/knobs.hpp). The pipeline launches the unpermutation
-// plainly at prefill capacities (kernels/unpermute.cuh, perf notes v55); its code is the same
-// either way (griddepcontrol.wait returns at once in a plain launch).
+// launches; for A/B measurements; knobs/knobs.hpp), FP8MOE_UNPERMUTE_PDL=0 for the unpermutation
+// alone (perf notes v55, v57); a kernel's code is the same either way (griddepcontrol.wait returns
+// at once in a plain launch).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -38,7 +38,7 @@ __device__ __forceinline__ SlotRows load_rows(const UnpermuteParams& p, int64_t 
   return r;
 }
 
-__device__ __forceinline__ void unpermute_rows(const UnpermuteParams& p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const UnpermuteParams p) {
   const int64_t hidden = p.hidden_size;
   const int64_t units_per_row = hidden / kValues;
   const int64_t live = detail::live_tokens(p.num_tokens, p.tokens);
@@ -52,13 +52,10 @@ __device__ __forceinline__ void unpermute_rows(const UnpermuteParams& p) {
   // Before the wait for GEMM2 (kernels/launch.cuh; GEMM2 neither reads nor writes `out`): the
   // zero rows of tokens past *num_tokens, and the rows of this thread's first live unit's slots, so
   // that after the wait only the Y2 loads are left on the way to the first store.
-  using Rows = UnpermuteParams::Rows;
-  if (p.rows != Rows::kLive)
-    for (int64_t unit = live_units + first; unit < units; unit += stride)
-      *reinterpret_cast<uint4*>(out + unit * kValues) = make_uint4(0, 0, 0, 0);  // unit * 8 = t * hidden + col
-  const int64_t live_end = p.rows == Rows::kDead ? 0 : live_units;  // the live units this launch writes
+  for (int64_t unit = live_units + first; unit < units; unit += stride)
+    *reinterpret_cast<uint4*>(out + unit * kValues) = make_uint4(0, 0, 0, 0);  // unit * 8 = t * hidden + col
   SlotRows first_rows;
-  if (first < live_end) first_rows = load_rows(p, first / units_per_row, 0);
+  if (first < live_units) first_rows = load_rows(p, first / units_per_row, 0);
   detail::after_previous_kernel();
 
   // One live unit; with have_pre, `pre` holds its first slot batch's rows, already loaded.
@@ -99,17 +96,8 @@ __device__ __forceinline__ void unpermute_rows(const UnpermuteParams& p) {
     }
     *reinterpret_cast<uint4*>(out + t * hidden + col) = detail::pack_bf16x8(acc);
   };
-  if (first < live_end) unit_out(first, first_rows, true);
-  for (int64_t unit = first + stride; unit < live_end; unit += stride) unit_out(unit, first_rows, false);
-}
-
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const UnpermuteParams p) {
-  unpermute_rows(p);
-}
-// The zero rows alone (Rows::kDead), under a name of its own, so that profiles and the benchmark's
-// per-kernel times tell the two launches of a split call apart.
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_zero_rows_kernel(const UnpermuteParams p) {
-  unpermute_rows(p);
+  if (first < live_units) unit_out(first, first_rows, true);
+  for (int64_t unit = first + stride; unit < live_units; unit += stride) unit_out(unit, first_rows, false);
 }
 
 }  // namespace
@@ -120,15 +108,10 @@ cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;  // no output rows
   if (p.y2 == nullptr || p.topk_weights == nullptr || p.row_of == nullptr || p.out == nullptr)
     return cudaErrorInvalidValue;
-  if (p.rows != UnpermuteParams::Rows::kAll && p.rows != UnpermuteParams::Rows::kDead &&
-      p.rows != UnpermuteParams::Rows::kLive)
-    return cudaErrorInvalidValue;
   int blocks = 0;
   const int64_t needed = layout::ceil_div(p.tokens * (p.hidden_size / kValues), kThreads);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  return launch_maybe_dependent(p.dependent_launch,
-                                p.rows == UnpermuteParams::Rows::kDead ? unpermute_zero_rows_kernel : unpermute_kernel,
-                                blocks, kThreads, 0, stream, p);
+  return launch_maybe_dependent(p.dependent_launch, unpermute_kernel, blocks, kThreads, 0, stream, p);
 }
 
 }  // namespace fp8moe::kernels

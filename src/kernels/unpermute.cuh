@@ -25,15 +25,12 @@ struct UnpermuteParams {
   // without a write-back (its contents become undefined). The pipeline's live schedule, whose
   // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
   bool discard_y2 = false;
-  // Which rows this launch writes: all, or (one call split in two launches) only the zero rows of
-  // tokens t >= *num_tokens, or only the live tokens' rows.
-  enum class Rows { kAll, kDead, kLive };
-  Rows rows = Rows::kAll;
-  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh), or plainly. At prefill
-  // capacities the pipeline writes the zero rows in a dependent launch (before its wait, beside
-  // GEMM2's tail) and the live rows in a plain launch after it: a dependent launch's live rows
-  // took 9-10% longer after GEMM2's end, and a plain launch's zero rows all came after it (perf
-  // notes v55, v57). Below prefill capacities one dependent launch does both.
+  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh; the pipeline's default),
+  // or plainly (FP8MOE_UNPERMUTE_PDL=0, for A/B measurements). Plainly, a full prefill call's live
+  // rows end 4-15 us (9-10%) sooner after GEMM2, but a prefill capacity with few live tokens
+  // writes its thousands of zero rows after GEMM2 instead of beside its tail (+3-4 us); neither
+  // wins across the prefill cases, and at decode the dependent launch saves 1-2 us (perf notes
+  // v55, v57).
   bool dependent_launch = true;
 };
 

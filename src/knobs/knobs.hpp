@@ -68,11 +68,11 @@ inline bool y2_in_l2_off() {
   static const bool off = equals("FP8MOE_Y2_IN_L2", "0");
   return off;
 }
-// FP8MOE_UNPERMUTE_PDL: 1 launches unpermute as a programmatic dependent of GEMM2 at every size,
-// 0 plainly at every size; unset (-1): the pipeline's rule (plainly at prefill capacities).
-inline int unpermute_pdl() {
-  static const int v = integer("FP8MOE_UNPERMUTE_PDL", -1);
-  return v;
+// FP8MOE_UNPERMUTE_PDL=0: unpermute as a plain launch instead of GEMM2's programmatic dependent
+// (an A/B switch: perf notes v55, v57).
+inline bool unpermute_pdl_off() {
+  static const bool off = equals("FP8MOE_UNPERMUTE_PDL", "0");
+  return off;
 }
 inline bool y1_in_l2_off() {
   static const bool off = equals("FP8MOE_Y1_IN_L2", "0");

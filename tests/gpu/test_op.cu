@@ -170,10 +170,10 @@ TEST(Op, PrefillShapeFusedActivationSwigluPow2) {
 
 // run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
 // captured graph every kernel but the first is reached from the kernel before it through a
-// programmatic edge (none with FP8MOE_PDL=0), except unpermute's live rows where `plain_unpermute`
-// (prefill capacities: a plain edge from the zero rows' launch). `expected_kernels`: permute_count
-// (metadata grid only), permute_metadata, quantize, GEMM1, act_quant (not where GEMM1 does the
-// activation), GEMM2, unpermute (twice where it is split: its zero rows, then its live rows).
+// programmatic edge (none with FP8MOE_PDL=0), except unpermute where `plain_unpermute`
+// (FP8MOE_UNPERMUTE_PDL=0: a plain edge from GEMM2). `expected_kernels`: permute_count (metadata
+// grid only), permute_metadata, quantize, GEMM1, act_quant (not where GEMM1 does the activation),
+// GEMM2, unpermute.
 void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels, bool plain_unpermute) {
   size_t num_nodes = 0, num_edges = 0;
   CUDA_OK(cudaGraphGetNodes(graph, nullptr, &num_nodes));
@@ -204,8 +204,7 @@ void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels, bool pla
 
 // Capture run() once per schedule, then change routing and *num_tokens in place and replay.
 // live_fuses_act: the shape's capacity is a prefill capacity, where the live GEMM1 does the
-// activation in its epilogue and act_quant is not launched (gemm::GroupedGemmArgs::fused_act),
-// and unpermute is split in two launches (kernels::UnpermuteParams::rows).
+// activation in its epilogue and act_quant is not launched (gemm::GroupedGemmArgs::fused_act).
 void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
   fp8moe::test::Rng rng(fp8moe::test::fresh_seed());
   MoeProblem p = fp8moe::test::make_problem(rng, shape);
@@ -228,12 +227,7 @@ void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
     // (FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER move the fusion rule: only its off switch is followed)
     const bool knob_override = fp8moe::knobs::gemm_block_n() != 0 || fp8moe::knobs::gemm_cluster() != 0;
     const bool fused = arm == 0 && live_fuses_act && !fp8moe::knobs::fused_act_off();
-    // unpermute is split at prefill capacities (both arms): its zero rows as a dependent launch, its
-    // live rows plainly; FP8MOE_UNPERMUTE_PDL=0 / 1 makes it one plain / dependent launch
-    const int unpermute_pdl = fp8moe::knobs::unpermute_pdl();
-    const bool split = unpermute_pdl < 0 && live_fuses_act;
-    const bool plain_unpermute = split || unpermute_pdl == 0;
-    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused + split, plain_unpermute);
+    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused, fp8moe::knobs::unpermute_pdl_off());
     CUDA_OK(cudaGraphInstantiate(&exec[arm], graph, 0));
     CUDA_OK(cudaGraphDestroy(graph));
   }

@@ -21,10 +21,8 @@ namespace kernels = fp8moe::kernels;
 // discard_y2: the kernel drops each Y2 line it has read from L2 (UnpermuteParams::discard_y2), so
 // Y2 is uploaded afresh before each run, over a NaN decoy in HBM (upload_over_decoy): a line
 // dropped before all its readers had it would give them NaN.
-// split: two launches, the zero rows (Rows::kDead, as a dependent launch) then the live rows
-// (Rows::kLive, plainly), as the pipeline runs it at prefill capacities.
 void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale_dead_slots = false,
-                     bool discard_y2 = false, bool split = false) {
+                     bool discard_y2 = false) {
   const int64_t T = s.tokens, C = s.capacity, H = s.hidden;
   const int k = s.top_k;
   const ref::Permutation perm = ref::permute(s, r.ids.data(), r.num_tokens_ptr(), r.map_ptr(), r.num_global());
@@ -64,13 +62,6 @@ void check_unpermute(const ref::Shape& s, const Routing& r, Rng& rng, bool stale
     SCOPED_TRACE("poison " + hex_bits(poison));
     d_out.poison(poison);
     if (discard_y2) upload_over_decoy(d_y2, y2);
-    if (split) {
-      p.rows = kernels::UnpermuteParams::Rows::kDead;
-      p.dependent_launch = true;
-      CUDA_OK(kernels::launch_unpermute(p, nullptr));
-      p.rows = kernels::UnpermuteParams::Rows::kLive;
-      p.dependent_launch = false;
-    }
     CUDA_OK(kernels::launch_unpermute(p, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint16_t> got = d_out.download();
@@ -112,22 +103,6 @@ TEST(Unpermute, NumTokensWithStaleRowTable) {
     SCOPED_TRACE("num_tokens " + std::to_string(n));
     r.num_tokens = n;
     check_unpermute(s, r, rng, /*stale_dead_slots=*/true);
-  }
-}
-
-// The pipeline's split at prefill capacities gives the same bits, the zero rows included: the
-// live-rows launch writes no dead row and the zero-rows launch no live one (poison shows either).
-TEST(Unpermute, SplitIntoZeroRowsAndLiveRows) {
-  FP8MOE_REQUIRE_GPU();
-  Rng rng(fresh_seed());
-  const ref::Shape s = make_shape(200, 256, 256, 6, 3);
-  Routing r;
-  r.ids = random_ids(rng, s.tokens, s.top_k, s.num_experts, 0.1, 0.0);
-  r.has_num_tokens = true;
-  for (int32_t n : {77, 0, 200}) {
-    SCOPED_TRACE("num_tokens " + std::to_string(n));
-    r.num_tokens = n;
-    check_unpermute(s, r, rng, /*stale_dead_slots=*/true, false, /*split=*/true);
   }
 }
 
