@@ -171,7 +171,6 @@ Status launch_pipeline(const Config& config, const Args& args, const WorkspaceLa
   un.num_tokens = args.num_tokens;
   un.out = args.out;
   un.discard_y2 = y2_in_l2;
-  un.dependent_launch = !knobs::unpermute_pdl_off();  // (an A/B switch, UnpermuteParams::dependent_launch)
   if (FP8MOE_PIPELINE_ABLATE & 2) return Status::kSuccess;
   return check(kernels::launch_unpermute(un, stream), "unpermute+reduce");
 }

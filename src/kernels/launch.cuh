@@ -22,9 +22,7 @@
 //     then take the SMs GEMM1 leaves while act_quant's few working CTAs run (Qwen3-30B 512/16
 //     -0.4..-1.0 us, 512/1 -2.1..-2.6; perf notes v29).
 // In a CUDA graph the launches become programmatic edges. FP8MOE_PDL=0 turns it off (plain
-// launches; for A/B measurements; knobs/knobs.hpp), FP8MOE_UNPERMUTE_PDL=0 for the unpermutation
-// alone (perf notes v55, v57); a kernel's code is the same either way (griddepcontrol.wait returns
-// at once in a plain launch).
+// launches; for A/B measurements; knobs/knobs.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,11 +40,9 @@ inline cudaLaunchAttribute pdl_attribute() {
   return a;
 }
 
-// Launches `kernel` as a programmatic dependent of the previous kernel in the stream (`dependent`
-// and FP8MOE_PDL not 0), else plainly.
 template <typename... Params, typename... Args>
-cudaError_t launch_maybe_dependent(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                   cudaStream_t stream, Args... args) {
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args... args) {
   cudaLaunchAttribute attr = pdl_attribute();
   cudaLaunchConfig_t c{};
   c.gridDim = grid;
@@ -54,13 +50,8 @@ cudaError_t launch_maybe_dependent(bool dependent, void (*kernel)(Params...), di
   c.dynamicSmemBytes = smem;
   c.stream = stream;
   c.attrs = &attr;
-  c.numAttrs = dependent && knobs::pdl() ? 1 : 0;
+  c.numAttrs = knobs::pdl() ? 1 : 0;
   return cudaLaunchKernelEx(&c, kernel, args...);
-}
-template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             Args... args) {
-  return launch_maybe_dependent(true, kernel, grid, block, smem, stream, args...);
 }
 
 namespace detail {

@@ -111,7 +111,7 @@ cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   int blocks = 0;
   const int64_t needed = layout::ceil_div(p.tokens * (p.hidden_size / kValues), kThreads);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  return launch_maybe_dependent(p.dependent_launch, unpermute_kernel, blocks, kThreads, 0, stream, p);
+  return launch_dependent(unpermute_kernel, blocks, kThreads, 0, stream, p);
 }
 
 }  // namespace fp8moe::kernels

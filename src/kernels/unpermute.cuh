@@ -25,13 +25,6 @@ struct UnpermuteParams {
   // without a write-back (its contents become undefined). The pipeline's live schedule, whose
   // GEMM2 keeps Y2's decode rows in L2 (GroupedGemmArgs::d_evict_last) for this read.
   bool discard_y2 = false;
-  // Launched as a programmatic dependent of GEMM2 (kernels/launch.cuh; the pipeline's default),
-  // or plainly (FP8MOE_UNPERMUTE_PDL=0, for A/B measurements). Plainly, a full prefill call's live
-  // rows end 4-15 us (9-10%) sooner after GEMM2, but a prefill capacity with few live tokens
-  // writes its thousands of zero rows after GEMM2 instead of beside its tail (+3-4 us); neither
-  // wins across the prefill cases, and at decode the dependent launch saves 1-2 us (perf notes
-  // v55, v57).
-  bool dependent_launch = true;
 };
 
 // cudaErrorInvalidValue on bad shapes or missing pointers.

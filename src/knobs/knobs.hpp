@@ -68,12 +68,6 @@ inline bool y2_in_l2_off() {
   static const bool off = equals("FP8MOE_Y2_IN_L2", "0");
   return off;
 }
-// FP8MOE_UNPERMUTE_PDL=0: unpermute as a plain launch instead of GEMM2's programmatic dependent
-// (an A/B switch: perf notes v55, v57).
-inline bool unpermute_pdl_off() {
-  static const bool off = equals("FP8MOE_UNPERMUTE_PDL", "0");
-  return off;
-}
 inline bool y1_in_l2_off() {
   static const bool off = equals("FP8MOE_Y1_IN_L2", "0");
   return off;

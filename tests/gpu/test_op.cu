@@ -170,11 +170,10 @@ TEST(Op, PrefillShapeFusedActivationSwigluPow2) {
 
 // run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
 // captured graph every kernel but the first is reached from the kernel before it through a
-// programmatic edge (none with FP8MOE_PDL=0), except unpermute where `plain_unpermute`
-// (FP8MOE_UNPERMUTE_PDL=0: a plain edge from GEMM2). `expected_kernels`: permute_count (metadata
+// programmatic edge (with FP8MOE_PDL=0, a plain one). `expected_kernels`: permute_count (metadata
 // grid only), permute_metadata, quantize, GEMM1, act_quant (not where GEMM1 does the activation),
 // GEMM2, unpermute.
-void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels, bool plain_unpermute) {
+void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels) {
   size_t num_nodes = 0, num_edges = 0;
   CUDA_OK(cudaGraphGetNodes(graph, nullptr, &num_nodes));
   std::vector<cudaGraphNode_t> nodes(num_nodes);
@@ -197,9 +196,8 @@ void expect_programmatic_chain(cudaGraph_t graph, int expected_kernels, bool pla
     plain += !edge_programmatic;
   }
   EXPECT_EQ(kernels, expected_kernels);
-  const int want_programmatic = fp8moe::knobs::pdl() ? kernels - 1 - plain_unpermute : 0;
-  EXPECT_EQ(programmatic, want_programmatic);
-  EXPECT_EQ(plain, kernels - 1 - want_programmatic);
+  EXPECT_EQ(programmatic, fp8moe::knobs::pdl() ? kernels - 1 : 0);
+  EXPECT_EQ(plain, fp8moe::knobs::pdl() ? 0 : kernels - 1);
 }
 
 // Capture run() once per schedule, then change routing and *num_tokens in place and replay.
@@ -227,7 +225,7 @@ void check_graph_replay(const ref::Shape& shape, bool live_fuses_act) {
     // (FP8MOE_GEMM_BLOCK_N / FP8MOE_GEMM_CLUSTER move the fusion rule: only its off switch is followed)
     const bool knob_override = fp8moe::knobs::gemm_block_n() != 0 || fp8moe::knobs::gemm_cluster() != 0;
     const bool fused = arm == 0 && live_fuses_act && !fp8moe::knobs::fused_act_off();
-    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused, fp8moe::knobs::unpermute_pdl_off());
+    if (!knob_override) expect_programmatic_chain(graph, padded_kernels - fused);
     CUDA_OK(cudaGraphInstantiate(&exec[arm], graph, 0));
     CUDA_OK(cudaGraphDestroy(graph));
   }
