@@ -45,6 +45,7 @@
 #include "bench/gpu_telemetry.hpp"
 #include "api/internal.hpp"  // detail::act_params
 #include "fp8moe/fp8moe.hpp"
+#include "kernels/unpermute.cuh"  // FP8MOE_UNPERMUTE_TRACE builds
 #include "reference/reference.hpp"
 #include "tests/common/data.hpp"  // random BF16 / FP8 codes / scales / routing / routing weights
 
@@ -700,6 +701,38 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
     res.arm[arm].sm_clock_mhz = telemetry[arm].sm_clock_median();
     res.arm[arm].power_w = telemetry[arm].power_median();
   }
+
+#if FP8MOE_UNPERMUTE_TRACE
+  // Investigation builds only (kernels/unpermute.cuh): the unpermutation's per-CTA timeline in a few
+  // more cold-L2 replays of the live graph, appended to $FP8MOE_UNPERMUTE_TRACE_OUT as
+  // "preset capacity tokens pdl replay cta sm entry waited end" (ns of %globaltimer).
+  if (const char* trace_out = std::getenv("FP8MOE_UNPERMUTE_TRACE_OUT"); trace_out && res.arm[kLive].ran) {
+    const char* pdl = std::getenv("FP8MOE_PDL");
+    std::vector<uint64_t> tr(size_t(fp8moe::kernels::kUnpermuteTraceCtas) * fp8moe::kernels::kUnpermuteTraceSlots);
+    for (int replay = 0; replay < 5; ++replay) {
+      BENCH_CUDA(fp8moe::kernels::unpermute_trace(nullptr));
+      dev.flush->run(dev.stream);
+      BENCH_CUDA(cudaGraphLaunch(exec[kLive], dev.stream));
+      BENCH_CUDA(cudaStreamSynchronize(dev.stream));
+      BENCH_CUDA(fp8moe::kernels::unpermute_trace(tr.data()));
+      if (FILE* f = std::fopen(trace_out, "a")) {
+        for (int cta = 0; cta < fp8moe::kernels::kUnpermuteTraceCtas; ++cta) {
+          const uint64_t* r = tr.data() + size_t(cta) * fp8moe::kernels::kUnpermuteTraceSlots;
+          if (r[3] == 0) continue;
+          std::fprintf(f, "%s %lld %lld %s %d %d %llu %llu %llu %llu\n", p.name, static_cast<long long>(C),
+                       static_cast<long long>(T), pdl ? pdl : "1", replay, cta, static_cast<unsigned long long>(r[0]),
+                       static_cast<unsigned long long>(r[1]), static_cast<unsigned long long>(r[2]),
+                       static_cast<unsigned long long>(r[3]));
+        }
+        std::fclose(f);
+      }
+    }
+    if (opt.cupti) {  // these replays are not samples
+      std::vector<fp8moe::bench::cupti::KernelRecord> discard;
+      CUPTI_STEP(fp8moe::bench::cupti::take(&discard, &error), error);
+    }
+  }
+#endif
 
   // Outputs of the last replay of each arm (same inputs): bitwise on the T live rows.
   std::vector<uint16_t> out[2];

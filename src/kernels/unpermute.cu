@@ -38,7 +38,14 @@ __device__ __forceinline__ SlotRows load_rows(const UnpermuteParams& p, int64_t 
   return r;
 }
 
+#if FP8MOE_UNPERMUTE_TRACE
+__device__ uint64_t g_unpermute_trace[kUnpermuteTraceCtas * kUnpermuteTraceSlots];
+#endif
+
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const UnpermuteParams p) {
+#if FP8MOE_UNPERMUTE_TRACE
+  const uint64_t trace_entry = ptx::globaltimer();
+#endif
   const int64_t hidden = p.hidden_size;
   const int64_t units_per_row = hidden / kValues;
   const int64_t live = detail::live_tokens(p.num_tokens, p.tokens);
@@ -57,6 +64,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
   SlotRows first_rows;
   if (first < live_units) first_rows = load_rows(p, first / units_per_row, 0);
   detail::after_previous_kernel();
+#if FP8MOE_UNPERMUTE_TRACE
+  const uint64_t trace_waited = ptx::globaltimer();
+#endif
 
   // One live unit; with have_pre, `pre` holds its first slot batch's rows, already loaded.
   auto unit_out = [&](int64_t unit, const SlotRows& pre, bool have_pre) {
@@ -98,9 +108,32 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
   };
   if (first < live_units) unit_out(first, first_rows, true);
   for (int64_t unit = first + stride; unit < live_units; unit += stride) unit_out(unit, first_rows, false);
+#if FP8MOE_UNPERMUTE_TRACE
+  __syncthreads();
+  if (threadIdx.x == 0 && blockIdx.x < kUnpermuteTraceCtas) {
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    uint64_t* slot = g_unpermute_trace + blockIdx.x * kUnpermuteTraceSlots;
+    slot[0] = smid;
+    slot[1] = trace_entry;
+    slot[2] = trace_waited;
+    slot[3] = ptx::globaltimer();
+  }
+#endif
 }
 
 }  // namespace
+
+#if FP8MOE_UNPERMUTE_TRACE
+cudaError_t unpermute_trace(uint64_t* host) {
+  constexpr size_t kBytes = sizeof(uint64_t) * kUnpermuteTraceCtas * kUnpermuteTraceSlots;
+  if (host == nullptr) {
+    static const uint64_t zeros[kUnpermuteTraceCtas * kUnpermuteTraceSlots] = {};
+    return cudaMemcpyToSymbol(g_unpermute_trace, zeros, kBytes);
+  }
+  return cudaMemcpyFromSymbol(host, g_unpermute_trace, kBytes);
+}
+#endif
 
 cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.top_k < 1 || p.m_cap < 0 || p.hidden_size <= 0 || p.hidden_size % layout::kGroup != 0)

@@ -30,4 +30,17 @@ struct UnpermuteParams {
 // cudaErrorInvalidValue on bad shapes or missing pointers.
 cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream);
 
+// Timeline builds, for investigation only (never the default): -DFP8MOE_UNPERMUTE_TRACE=1 makes
+// thread 0 of each of the first kUnpermuteTraceCtas CTAs record, at each launch, its SM, its
+// entry, the end of its wait for GEMM2 and its end (after the CTA's last store, %globaltimer ns)
+// into [cta][kUnpermuteTraceSlots]; unpermute_trace(host) copies the last launch's records out
+// (null: zeroes them). The bench writes them with FP8MOE_UNPERMUTE_TRACE_OUT=PATH.
+#ifndef FP8MOE_UNPERMUTE_TRACE
+#define FP8MOE_UNPERMUTE_TRACE 0
+#endif
+#if FP8MOE_UNPERMUTE_TRACE
+constexpr int kUnpermuteTraceCtas = 1024, kUnpermuteTraceSlots = 4;
+cudaError_t unpermute_trace(uint64_t* host);
+#endif
+
 }  // namespace fp8moe::kernels
