@@ -8,7 +8,8 @@ Usage: scripts/unpermute-timeline.py TRACE [TRACE ...]
 Per (file, case), medians over the replays, in microseconds from the replay's release: the first
 CTA past its wait (under PDL that is GEMM2's completion; launched plainly, the first CTA's entry,
 after GEMM2's completion). For each: when the first and the median CTA started working, the
-CTAs' working time (end - max(waited, entry)) at p10/p50/p90/max, when the p50/p90/last CTA
+CTAs' working time (end - max(waited, entry)) at p10/p50/p90/max and its mean over each SM's CTAs
+(the fastest and slowest SM), when the p50/p90/last CTA
 ended, how many CTAs an SM held, and the working time of CTAs that started in the first/last
 tenth of the start order.
 """
@@ -24,18 +25,21 @@ def pct(v, q):
 
 def main(paths):
     for path in paths:
-        runs = collections.defaultdict(list)  # (preset, cap, tokens, pdl, replay) -> rows
+        # One replay's records are consecutive lines with ascending cta (several bench runs may
+        # append to one file with the same replay numbers).
+        cases = collections.defaultdict(list)  # (preset, cap, tokens, pdl) -> [rows of a replay]
+        prev = None
         with open(path) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) != 10:
                     continue
                 key = (parts[0], int(parts[1]), int(parts[2]), parts[3], int(parts[4]))
-                cta, sm, entry, waited, end = map(int, parts[5:])
-                runs[key].append((cta, sm, entry, waited, end))
-        cases = collections.defaultdict(list)
-        for key, rows in runs.items():
-            cases[key[:4]].append(rows)
+                row = tuple(map(int, parts[5:]))  # cta, sm, entry, waited, end
+                if prev is None or key != prev[0] or row[0] <= prev[1]:
+                    cases[key[:4]].append([])
+                cases[key[:4]][-1].append(row)
+                prev = (key, row[0])
         for case, replays in sorted(cases.items()):
             agg = collections.defaultdict(list)
             for rows in replays:
@@ -44,6 +48,10 @@ def main(paths):
                 work = [end - s for (_, _, _, _, end), s in zip(rows, start)]
                 ends = [end - t0 for *_, end in rows]
                 per_sm = collections.Counter(sm for _, sm, *_ in rows)
+                sm_work = collections.defaultdict(list)
+                for (_, sm, *_), w in zip(rows, work):
+                    sm_work[sm].append(w)
+                sm_mean = [statistics.mean(v) for v in sm_work.values()]
                 order = sorted(range(len(rows)), key=lambda i: start[i])
                 tenth = max(1, len(rows) // 10)
                 agg["ctas"].append(len(rows))
@@ -54,6 +62,8 @@ def main(paths):
                 for q in (0.1, 0.5, 0.9):
                     agg[f"work p{int(q * 100)}"].append(pct(work, q))
                 agg["work max"].append(max(work))
+                agg["SM mean min"].append(min(sm_mean))
+                agg["SM mean max"].append(max(sm_mean))
                 agg["end p50"].append(pct(ends, 0.5))
                 agg["end p90"].append(pct(ends, 0.9))
                 agg["end max"].append(max(ends))

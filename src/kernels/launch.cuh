@@ -51,6 +51,12 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   c.stream = stream;
   c.attrs = &attr;
   c.numAttrs = knobs::pdl() ? 1 : 0;
+  // EXPERIMENT (perf notes v58): every kernel launched here with a preferred carveout (percent).
+  static const int carveout = knobs::integer("FP8MOE_CARVEOUT", -1);
+  if (carveout >= 0) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
+    if (e != cudaSuccess) return e;
+  }
   return cudaLaunchKernelEx(&c, kernel, args...);
 }
 
