@@ -88,16 +88,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
       for (int i = 0; i < kSlotBatch; ++i) {
         const bool used = r.row[i] >= 0;
         w[i] = used ? __ldg(p.topk_weights + t * p.top_k + j0 + i) : 0.0f;
-#if FP8MOE_UNPERMUTE_Y2_NOALLOC  // EXPERIMENT (perf notes v58)
-        y[i] = make_uint4(0, 0, 0, 0);
-        if (used)
-          asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(y[i].x), "=r"(y[i].y), "=r"(y[i].z), "=r"(y[i].w)
-                       : "l"(y2 + static_cast<int64_t>(r.row[i]) * hidden + col));
-#else
-        y[i] = used ? __ldg(reinterpret_cast<const uint4*>(y2 + static_cast<int64_t>(r.row[i]) * hidden + col))
+        // (no L1 allocation: each Y2 value is read once, and with ~98 KB of loads in flight per SM
+        // the L1's room for them limited the stream; perf notes v58)
+        y[i] = used ? ptx::ld_global_nc_na_v4(y2 + static_cast<int64_t>(r.row[i]) * hidden + col)
                     : make_uint4(0, 0, 0, 0);
-#endif
       }
 #pragma unroll
       for (int i = 0; i < kSlotBatch; ++i) {
@@ -152,10 +146,6 @@ cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
   int blocks = 0;
   const int64_t needed = layout::ceil_div(p.tokens * (p.hidden_size / kValues), kThreads);
   FP8MOE_KERNEL_TRY(detail::persistent_blocks(kBlocksPerSm, needed, &blocks));
-  // EXPERIMENT (perf notes v58): the kernel's preferred shared-memory carveout (percent), -1: none.
-  static const int carveout = knobs::integer("FP8MOE_UNPERMUTE_CARVEOUT", -1);
-  if (carveout >= 0)
-    FP8MOE_KERNEL_TRY(cudaFuncSetAttribute(unpermute_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
   return launch_dependent(unpermute_kernel, blocks, kThreads, 0, stream, p);
 }
 

@@ -183,6 +183,15 @@ __device__ __forceinline__ void st_global_hint(void* ptr, uint4 v, uint64_t poli
                "r"(v.w), "l"(policy)
                : "memory");
 }
+// 16 bytes of read-only global memory that are read once: no L1 line is allocated for them, so a
+// kernel with many such loads in flight does not need L1 room for them (perf notes v58).
+__device__ __forceinline__ uint4 ld_global_nc_na_v4(const void* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr));
+  return v;
+}
 // Drops the 128-byte L2 line at `ptr` (128-byte aligned) without writing it back: its contents
 // become undefined. For data no one reads again (a dead intermediate, once consumed).
 __device__ __forceinline__ void discard_l2_line(const void* ptr) {
