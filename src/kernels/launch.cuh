@@ -40,23 +40,31 @@ inline cudaLaunchAttribute pdl_attribute() {
   return a;
 }
 
+// The attributes of a launch_dependent launch; returns how many. Every launch prefers the largest
+// L1 its shared memory leaves (carveout 0): without a preference, a kernel's CTAs placed as a
+// programmatic dependent on the SMs a GEMM leaves keep the GEMM's split (~28 KB of L1 beside
+// ~228 KB of shared memory), and a streaming kernel's loads in flight then lack L1 room (the
+// unpermutation ran ~10% slower at prefill than launched plainly; perf notes v58). With `pdl`,
+// also the programmatic dependency on the previous kernel.
+inline int dependent_launch_attributes(cudaLaunchAttribute (&attr)[2], bool pdl) {
+  attr[0] = cudaLaunchAttribute{};
+  attr[0].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  attr[0].val.sharedMemCarveout = 0;
+  if (pdl) attr[1] = pdl_attribute();
+  return pdl ? 2 : 1;
+}
+
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                              Args... args) {
-  // The launch prefers the largest L1 its shared memory leaves (carveout 0). Without it, a kernel's
-  // CTAs placed as a programmatic dependent on the SMs a GEMM leaves keep the GEMM's split (~28 KB
-  // of L1 beside ~228 KB of shared memory), and a streaming kernel's loads in flight then find too
-  // few L1 lines: the unpermutation ran ~10% slower at prefill than launched plainly (perf notes v58).
-  cudaLaunchAttribute attr[2] = {pdl_attribute(), {}};
-  attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-  attr[1].val.sharedMemCarveout = 0;
+  cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t c{};
   c.gridDim = grid;
   c.blockDim = block;
   c.dynamicSmemBytes = smem;
   c.stream = stream;
-  c.attrs = knobs::pdl() ? attr : attr + 1;
-  c.numAttrs = knobs::pdl() ? 2 : 1;
+  c.attrs = attr;
+  c.numAttrs = dependent_launch_attributes(attr, knobs::pdl());
   return cudaLaunchKernelEx(&c, kernel, args...);
 }
 

@@ -168,6 +168,24 @@ TEST(Op, PrefillShapeFusedActivationSwigluPow2) {
   check_op({500, 512, 256, 384, 8, 6}, fp8moe::ScaleFormat::kFp32Pow2, fp8moe::Activation::kSwigluOai);
 }
 
+// Every launch_dependent launch prefers the largest L1 (carveout 0), with and without PDL (a
+// graph cannot show it: an unset carveout reads back as 0 too). Host only: runs without a GPU.
+TEST(Launch, DependentLaunchesPreferTheLargestL1) {
+  for (const bool pdl : {true, false}) {
+    cudaLaunchAttribute attr[2]{};
+    const int n = fp8moe::kernels::dependent_launch_attributes(attr, pdl);
+    ASSERT_EQ(n, pdl ? 2 : 1);
+    int largest_l1 = 0, programmatic = 0;
+    for (int i = 0; i < n; ++i) {
+      largest_l1 += attr[i].id == cudaLaunchAttributePreferredSharedMemoryCarveout && attr[i].val.sharedMemCarveout == 0;
+      programmatic += attr[i].id == cudaLaunchAttributeProgrammaticStreamSerialization &&
+                      attr[i].val.programmaticStreamSerializationAllowed == 1;
+    }
+    EXPECT_EQ(largest_l1, 1);
+    EXPECT_EQ(programmatic, pdl ? 1 : 0);
+  }
+}
+
 // run()'s launches follow one another as programmatic dependents (kernels/launch.cuh): in the
 // captured graph every kernel but the first is reached from the kernel before it through a
 // programmatic edge (with FP8MOE_PDL=0, a plain one). `expected_kernels`: permute_count (metadata
