@@ -113,10 +113,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
 #if FP8MOE_UNPERMUTE_TRACE
   __syncthreads();
   if (threadIdx.x == 0 && blockIdx.x < kUnpermuteTraceCtas) {
-    uint32_t smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     uint64_t* slot = g_unpermute_trace + blockIdx.x * kUnpermuteTraceSlots;
-    slot[0] = smid;
+    slot[0] = ptx::smid();
     slot[1] = trace_entry;
     slot[2] = trace_waited;
     slot[3] = ptx::globaltimer();
