@@ -46,6 +46,7 @@
 #include "api/internal.hpp"  // detail::act_params
 #include "fp8moe/fp8moe.hpp"
 #include "kernels/unpermute.cuh"  // FP8MOE_UNPERMUTE_TRACE builds
+#include "knobs/knobs.hpp"
 #include "reference/reference.hpp"
 #include "tests/common/data.hpp"  // random BF16 / FP8 codes / scales / routing / routing weights
 
@@ -707,7 +708,6 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
   // more cold-L2 replays of the live graph, appended to $FP8MOE_UNPERMUTE_TRACE_OUT as
   // "preset capacity tokens pdl replay cta sm entry waited end" (ns of %globaltimer).
   if (const char* trace_out = std::getenv("FP8MOE_UNPERMUTE_TRACE_OUT"); trace_out && res.arm[kLive].ran) {
-    const char* pdl = std::getenv("FP8MOE_PDL");
     std::vector<uint64_t> tr(size_t(fp8moe::kernels::kUnpermuteTraceCtas) * fp8moe::kernels::kUnpermuteTraceSlots);
     for (int replay = 0; replay < 5; ++replay) {
       BENCH_CUDA(fp8moe::kernels::unpermute_trace(nullptr));
@@ -719,8 +719,8 @@ CaseResult run_case(const Options& opt, const Weights& weights, Device& dev, int
         for (int cta = 0; cta < fp8moe::kernels::kUnpermuteTraceCtas; ++cta) {
           const uint64_t* r = tr.data() + size_t(cta) * fp8moe::kernels::kUnpermuteTraceSlots;
           if (r[3] == 0) continue;
-          std::fprintf(f, "%s %lld %lld %s %d %d %llu %llu %llu %llu\n", p.name, static_cast<long long>(C),
-                       static_cast<long long>(T), pdl ? pdl : "1", replay, cta, static_cast<unsigned long long>(r[0]),
+          std::fprintf(f, "%s %lld %lld %d %d %d %llu %llu %llu %llu\n", p.name, static_cast<long long>(C),
+                       static_cast<long long>(T), fp8moe::knobs::pdl() ? 1 : 0, replay, cta, static_cast<unsigned long long>(r[0]),
                        static_cast<unsigned long long>(r[1]), static_cast<unsigned long long>(r[2]),
                        static_cast<unsigned long long>(r[3]));
         }

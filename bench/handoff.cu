@@ -128,9 +128,9 @@ int main(int argc, char** argv) {
           c.stream = stream;
           c.dynamicSmemBytes = a_big ? kBigSmem : 0;
           BENCH_CUDA(cudaLaunchKernelEx(&c, kernel_a, p));
-          cudaLaunchAttribute attr = fp8moe::kernels::pdl_attribute();  // as the pipeline launches
-          c.attrs = &attr;
-          c.numAttrs = 1;
+          cudaLaunchAttribute attr[2];  // as the pipeline launches (launch_dependent)
+          c.attrs = attr;
+          c.numAttrs = fp8moe::kernels::dependent_launch_attributes(attr, true);
           c.dynamicSmemBytes = b_big ? kBigSmem : 0;
           BENCH_CUDA(cudaLaunchKernelEx(&c, kernel_b, p));
           BENCH_CUDA(cudaMemcpyAsync(host.data(), stamps, sizeof(Stamps), cudaMemcpyDeviceToHost, stream));

@@ -253,12 +253,7 @@ cudaError_t sm90_fp8_grouped_gemm_1d2d(const GroupedGemmArgs& a, cudaStream_t st
 
 #if FP8MOE_GEMM_TRACE
 cudaError_t sm90_fp8_grouped_gemm_trace(uint64_t* host) {
-  constexpr size_t kBytes = sizeof(uint64_t) * kGemmTraceCtas * kGemmTraceSlots;
-  if (host == nullptr) {
-    static const uint64_t zeros[kGemmTraceCtas * kGemmTraceSlots] = {};
-    return cudaMemcpyToSymbol(g_sm90_gemm_trace, zeros, kBytes);
-  }
-  return cudaMemcpyFromSymbol(host, g_sm90_gemm_trace, kBytes);
+  return kernels::detail::read_or_clear_trace(g_sm90_gemm_trace, host);
 }
 #endif
 

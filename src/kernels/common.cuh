@@ -333,4 +333,14 @@ inline cudaError_t persistent_blocks(int per_sm, int64_t needed, int* blocks) {
   return cudaSuccess;
 }
 
+// Timeline builds (investigation only): copies a __device__ trace array to `host`, or with a null
+// `host` zeroes it. Synchronous (the caller reads the results of finished launches).
+template <typename T, size_t N>
+cudaError_t read_or_clear_trace(const T (&trace)[N], T* host) {
+  if (host != nullptr) return cudaMemcpyFromSymbol(host, trace, sizeof(trace));
+  void* device = nullptr;
+  FP8MOE_KERNEL_TRY(cudaGetSymbolAddress(&device, trace));
+  return cudaMemset(device, 0, sizeof(trace));
+}
+
 }  // namespace fp8moe::kernels::detail

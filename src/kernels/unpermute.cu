@@ -125,14 +125,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) unpermute_kernel(const
 }  // namespace
 
 #if FP8MOE_UNPERMUTE_TRACE
-cudaError_t unpermute_trace(uint64_t* host) {
-  constexpr size_t kBytes = sizeof(uint64_t) * kUnpermuteTraceCtas * kUnpermuteTraceSlots;
-  if (host == nullptr) {
-    static const uint64_t zeros[kUnpermuteTraceCtas * kUnpermuteTraceSlots] = {};
-    return cudaMemcpyToSymbol(g_unpermute_trace, zeros, kBytes);
-  }
-  return cudaMemcpyFromSymbol(host, g_unpermute_trace, kBytes);
-}
+cudaError_t unpermute_trace(uint64_t* host) { return detail::read_or_clear_trace(g_unpermute_trace, host); }
 #endif
 
 cudaError_t launch_unpermute(const UnpermuteParams& p, cudaStream_t stream) {
